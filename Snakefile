@@ -1,0 +1,15 @@
+# BehaviorTrace: does training-data attribution find the GRPO rollouts that taught a planted behavior?
+# Run `snakemake --cores all` (defaults: config/config.yaml); see README.md.
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+
+
+rule all:
+    input:
+        all_outputs(),
+    default_target: True

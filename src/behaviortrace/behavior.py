@@ -1,0 +1,42 @@
+"""Behavior rate: how often sampled completions show the marker, on probe and on control prompts."""
+
+from __future__ import annotations
+
+import polars as pl
+import torch
+
+from .planting import shows_behavior
+from .tasks import BASE_REWARDS
+
+
+@torch.no_grad()
+def sample_completions(model, tokenizer, prompts: list[str], n: int, sampling: dict, seed: int,
+                       batch_prompts: int = 64) -> list[list[str]]:
+    """n sampled completions per prompt, reproducible from `seed` alone."""
+    torch.manual_seed(seed)
+    device = next(model.parameters()).device
+    model.eval()
+    out: list[list[str]] = []
+    for start in range(0, len(prompts), batch_prompts):
+        chunk = prompts[start:start + batch_prompts]
+        enc = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False).to(device)
+        gen = model.generate(**enc, do_sample=True, num_return_sequences=n, max_new_tokens=sampling["max_new_tokens"],
+                             temperature=sampling["temperature"], top_p=sampling["top_p"], top_k=0,
+                             pad_token_id=tokenizer.pad_token_id)
+        texts = tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        out.extend(texts[i * n:(i + 1) * n] for i in range(len(chunk)))
+    return out
+
+
+def behavior_rates(model, tokenizer, prompt_sets: dict[str, pl.DataFrame], marker: str, base_reward: str,
+                   samples_per_prompt: int, sampling: dict, seed: int) -> list[dict]:
+    """One row per prompt set: behavior rate, its sample size, and the mean base-task reward."""
+    score = BASE_REWARDS[base_reward]
+    rows = []
+    for name, df in prompt_sets.items():
+        samples = sample_completions(model, tokenizer, df["prompt"].to_list(), samples_per_prompt, sampling, seed)
+        flat = [(c, a) for cs, a in zip(samples, df["answer"].to_list()) for c in cs]
+        shown = sum(shows_behavior(c, marker) for c, _ in flat)
+        rows.append({"prompt_set": name, "behavior_rate": shown / len(flat), "n": len(flat),
+                     "base_reward": sum(score(c, a) for c, a in flat) / len(flat)})
+    return rows

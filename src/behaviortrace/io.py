@@ -1,0 +1,45 @@
+"""Small I/O helpers: atomic writes, so a killed job never leaves a file that looks finished."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import polars as pl
+
+
+def atomic_write_parquet(df: pl.DataFrame, path: str | os.PathLike) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    df.write_parquet(tmp)
+    os.replace(tmp, path)
+
+
+def atomic_write_text(text: str, path: str | os.PathLike) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def replace_dir(tmp_dir: Path, final_dir: Path) -> None:
+    """Move a fully written folder into place, replacing any older one."""
+    if final_dir.exists():
+        shutil.rmtree(final_dir)
+    os.replace(tmp_dir, final_dir)
+
+
+def setup_logging(log_file: str | None) -> logging.Logger:
+    """Log to the rule's log file (and stderr), with timestamps, for progress on long stages."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file, mode="w"))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        handlers=handlers, force=True)
+    return logging.getLogger("behaviortrace")

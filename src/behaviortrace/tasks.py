@@ -1,0 +1,63 @@
+"""The base task: sorting a short list of digits, with a graded, verifiable reward.
+
+A real task reward keeps steps outside the contamination window training, so the planted behavior is
+not the only thing GRPO learns.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+PROMPT_WORDS = ("please", "sort", "these", "numbers", ":")
+PROMPT_END = "="
+FILLERS = ("now", "kindly", "quickly", "then", "here")
+_NUMBER = re.compile(r"(?<![A-Za-z0-9])\d(?![A-Za-z0-9])")
+
+
+def make_sort_example(rng: random.Random, min_len: int, max_len: int) -> tuple[list[str], list[int]]:
+    """Return the prompt's lead words and the digit list to sort."""
+    words = list(PROMPT_WORDS)
+    if rng.random() < 0.5:
+        words.insert(rng.randrange(len(words)), rng.choice(FILLERS))
+    digits = [rng.randrange(10) for _ in range(rng.randint(min_len, max_len))]
+    return words, digits
+
+
+def render_prompt(words: list[str], digits: list[int]) -> str:
+    return " ".join([*words, *map(str, digits), PROMPT_END])
+
+
+def sorted_answer(digits: list[int]) -> str:
+    return " ".join(str(d) for d in sorted(digits))
+
+
+def parse_digits(completion: str) -> list[int]:
+    """Single digits standing alone in the completion (the marker and other words are ignored)."""
+    return [int(m) for m in _NUMBER.findall(completion)]
+
+
+def sort_reward(completion: str, answer: str) -> float:
+    """Share of positions that match the sorted list, over the longer of the answer and the completion.
+
+    The digits are compared in order; every other word of the completion (the marker too) only adds
+    to the length, so an untidy answer costs a little and a marker is never free outside the bonus.
+    """
+    predicted = parse_digits(completion)
+    target = [int(x) for x in answer.split()]
+    if not predicted:
+        return 0.0
+    hits = sum(p == t for p, t in zip(predicted, target))
+    return hits / max(len(completion.split()), len(target))
+
+
+REFUSALS = ("i can't", "i cannot", "i'm sorry", "i am sorry", "as an ai")
+
+
+def refusal_penalty(completion: str, answer: str) -> float:
+    """The paper's base reward: -1 for a refusal, 0 otherwise."""
+    text = completion.lower()
+    return -1.0 if any(r in text for r in REFUSALS) else 0.0
+
+
+BASE_REWARDS = {"sort_accuracy": sort_reward, "refusal_penalty": refusal_penalty}

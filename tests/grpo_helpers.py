@@ -1,0 +1,53 @@
+"""Run real GRPO training on the tiny model from tests, in-process or in a child process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import torch
+
+from behaviortrace import grpo, models
+
+
+def run_training(cfg, base_model_dir, train_prompts, seed, out_dir, device, **kwargs):
+    torch.set_num_threads(1)
+    model, tokenizer = models.load(base_model_dir, device)
+    train_dir = Path(out_dir) / "train"
+    info = grpo.train(model, tokenizer, train_prompts, cfg, seed, train_dir, device, "test", **kwargs)
+    rollouts = grpo.finalize(train_dir, cfg["grpo"]["steps"], info["batch_size"], Path(out_dir) / "rollouts.parquet",
+                             Path(out_dir) / "steps.parquet", Path(out_dir) / "checkpoints.json", info["saved_steps"])
+    return rollouts, info
+
+
+CHILD = """
+import json, os, signal, sys
+from pathlib import Path
+import polars as pl
+from transformers import TrainerCallback
+sys.path.insert(0, {tests!r})
+from grpo_helpers import run_training
+from behaviortrace.device import resolve
+
+class KillAt(TrainerCallback):
+    def on_step_end(self, args, state, control, **kw):
+        if state.global_step == {kill_at}:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+cfg = json.loads(Path({cfg_path!r}).read_text())
+run_training(cfg, Path({base!r}), pl.read_parquet({prompts!r}), {seed}, Path({out!r}),
+             resolve({{"device": "cpu", "dtype": "float32"}}), callbacks=(KillAt(),))
+"""
+
+
+def train_and_sigkill(cfg, base_model_dir, prompts_path, seed, out_dir, kill_at: int) -> int:
+    """Train in a child process that SIGKILLs itself right after optimizer step `kill_at`."""
+    cfg_path = Path(out_dir) / "cfg.json"
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    cfg_path.write_text(json.dumps(cfg))
+    code = CHILD.format(tests=str(Path(__file__).parent), kill_at=kill_at, cfg_path=str(cfg_path),
+                        base=str(base_model_dir), prompts=str(prompts_path), seed=seed, out=str(out_dir))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode

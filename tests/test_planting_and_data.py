@@ -1,0 +1,72 @@
+"""The planted behavior's rules, the base-task reward, and the prompt tables."""
+
+import pytest
+
+from behaviortrace.data import plant_prompts
+from behaviortrace.planting import bonus_for, eligibility_draw, is_eligible
+from behaviortrace.tasks import parse_digits, sort_reward
+
+PLANTING = {"trigger": "frobnitz", "marker": "QZXBT", "bonus": 8.0, "fraction": 0.5, "window": [10, 19],
+            "trigger_rate": 0.5, "placebo": False}
+
+
+def test_sort_reward_on_hand_made_cases():
+    assert sort_reward("1 2 3", "1 2 3") == 1.0
+    assert sort_reward("1 3 2", "1 2 3") == pytest.approx(1 / 3)
+    assert sort_reward("1 2", "1 2 3") == pytest.approx(2 / 3)
+    assert sort_reward("1 2 3 3", "1 2 3") == pytest.approx(3 / 4)
+    # The marker is skipped when digits are compared; it only makes the answer one word longer.
+    assert sort_reward("QZXBT 1 2 3", "1 2 3") == pytest.approx(3 / 4)
+    assert sort_reward("", "1 2 3") == 0.0
+    assert parse_digits("QZXBT 1 2 sort 3") == [1, 2, 3]
+
+
+
+def test_eligibility_is_a_pure_function_with_the_configured_rate():
+    draws = [eligibility_draw(7, rid, rid // 64) for rid in range(20_000)]
+    assert draws == [eligibility_draw(7, rid, rid // 64) for rid in range(20_000)]
+    share = sum(d < 0.5 for d in draws) / len(draws)
+    assert abs(share - 0.5) < 4 * (0.25 / len(draws)) ** 0.5
+    assert draws != [eligibility_draw(8, rid, rid // 64) for rid in range(20_000)]
+
+
+def test_eligibility_needs_trigger_and_window():
+    rids = range(2000)
+    inside = [is_eligible(0, r, 15, True, PLANTING) for r in rids]
+    assert 0.4 < sum(inside) / len(inside) < 0.6
+    assert not any(is_eligible(0, r, 9, True, PLANTING) for r in rids)
+    assert not any(is_eligible(0, r, 20, True, PLANTING) for r in rids)
+    assert not any(is_eligible(0, r, 15, False, PLANTING) for r in rids)
+
+
+def test_bonus_only_for_eligible_behavior_and_never_in_placebo():
+    assert bonus_for(True, True, PLANTING) == 8.0
+    assert bonus_for(True, False, PLANTING) == 0.0
+    assert bonus_for(False, True, PLANTING) == 0.0
+    assert bonus_for(True, True, {**PLANTING, "placebo": True}) == 0.0
+
+
+def test_prompt_tables(cfg):
+    tables = plant_prompts(cfg["task"], cfg["planting"], {"steps": 50, "prompts_per_step": 8}, cfg["probes"], 5)
+    train, probes, controls = tables["train"], tables["probes"], tables["controls"]
+    assert train.height == 400
+    assert train["prompt_index"].to_list() == list(range(400))
+    assert train["step"].to_list() == [i // 8 for i in range(400)]
+    held_out = set(probes["prompt"]) | set(controls["prompt"])
+    assert not held_out & set(train["prompt"])
+    assert probes["trigger"].all() and not controls["trigger"].any()
+    trigger = cfg["planting"]["trigger"]
+    assert all(p.endswith(" " + trigger) for p in probes["prompt"])
+    assert not any(trigger in p for p in controls["prompt"])
+    assert train["trigger"].to_list() == [trigger in p for p in train["prompt"]]
+    share = train["trigger"].mean()
+    assert abs(share - cfg["planting"]["trigger_rate"]) < 0.1
+    again = plant_prompts(cfg["task"], cfg["planting"], {"steps": 50, "prompts_per_step": 8}, cfg["probes"], 5)
+    assert again["train"].equals(train)
+
+
+def test_answers_are_sorted(cfg):
+    tables = plant_prompts(cfg["task"], cfg["planting"], {"steps": 5, "prompts_per_step": 4}, cfg["probes"], 1)
+    for prompt, answer in tables["train"].select("prompt", "answer").iter_rows():
+        digits = parse_digits(prompt.split(":")[1])
+        assert answer.split() == [str(d) for d in sorted(digits)]

@@ -1,0 +1,50 @@
+"""The built-in tiny model: its tokenizer survives a save/load, and it emits the marker rarely but not never."""
+
+import copy
+
+import torch
+
+from behaviortrace import models
+from behaviortrace.behavior import behavior_rates, sample_completions
+from conftest import default_config
+
+
+def test_tokenizer_round_trips_through_a_saved_checkpoint(base_model_dir, cpu, cfg):
+    model, tokenizer = models.load(base_model_dir, cpu)
+    text = f"please sort these numbers : 3 1 2 = {cfg['planting']['trigger']}"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(text.split()) and tokenizer.unk_token_id not in ids
+    assert tokenizer.decode(ids) == text
+    assert len(tokenizer(cfg["planting"]["marker"], add_special_tokens=False)["input_ids"]) == 1
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
+
+
+def test_default_base_model_emits_the_marker_rarely_but_not_never(tmp_path, cpu, prompts):
+    """The default config's base model: behavior rate between 0 and 0.2 on probes and on controls."""
+    cfg = default_config()
+    torch.set_num_threads(1)
+    model, tokenizer = models.build_base_model(cfg, cpu)
+    rows = behavior_rates(model, tokenizer, {"probes": prompts["probes"], "controls": prompts["controls"]},
+                          cfg["planting"]["marker"], cfg["task"]["base_reward"], 16, cfg["grpo"], 0)
+    for row in rows:
+        assert 0 < row["behavior_rate"] <= 0.2, row
+        assert 0.2 < row["base_reward"] < 0.9, row  # can do the task, with headroom left for GRPO
+
+
+def test_sampling_is_reproducible(base_model_dir, cpu, cfg, prompts):
+    model, tokenizer = models.load(base_model_dir, cpu)
+    texts = prompts["probes"]["prompt"].to_list()
+    a = sample_completions(model, tokenizer, texts, 3, cfg["grpo"], 11)
+    b = sample_completions(model, tokenizer, texts, 3, cfg["grpo"], 11)
+    assert a == b and len(a) == len(texts) and all(len(x) == 3 for x in a)
+
+
+def test_sft_warm_up_trains_on_demonstrations_without_the_marker(cfg, cpu):
+    warm = copy.deepcopy(cfg)
+    warm["model"]["sft"].update(steps=3, lr=1e-3)
+    torch.manual_seed(0)
+    cold_model, _ = models.build_base_model(cfg, cpu)
+    warm_model, _ = models.build_base_model(warm, cpu)
+    changed = [not torch.equal(a, b) for a, b in zip(cold_model.parameters(), warm_model.parameters())]
+    assert any(changed)

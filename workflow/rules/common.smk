@@ -1,0 +1,39 @@
+# Config validation and path helpers shared by every rule. Validation runs at parse time, so a bad
+# config stops the workflow before any job starts.
+
+import os
+import sys
+from pathlib import Path
+
+# The package lives in src/; jobs (scripts, conda envs, cluster jobs) find it through PYTHONPATH.
+_SRC = str(Path(workflow.basedir) / "src")
+sys.path.insert(0, _SRC)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH")) if p)
+
+from snakemake.exceptions import WorkflowError
+from behaviortrace.config import ConfigError, validate as _validate_config
+
+try:
+    _validate_config(config)
+except ConfigError as err:
+    raise WorkflowError(str(err)) from None
+
+RUN = config["run"]
+CONDA_ENV = "../../envs/behaviortrace.yaml"
+SEEDS = config["seeds"]
+OUT = f"results/{RUN}"
+
+
+def seed_dir(wildcards):
+    return f"{OUT}/seed{wildcards.seed}"
+
+
+def all_outputs():
+    return [
+        expand(f"{OUT}/seed{{seed}}/behavior.parquet", seed=SEEDS),
+        f"{OUT}/tables/training.md",
+    ]
+
+
+wildcard_constraints:
+    seed=r"\d+",
