@@ -153,3 +153,14 @@ def test_changed_config_does_not_resume_stale_checkpoints(spied_run, tmp_path, c
     grpo.train(model, tokenizer, prompts["train"], changed, SEED, tmp_path / "train", cpu, "changed")
     steps = pl.read_parquet(sorted((tmp_path / "train" / "parts").glob("steps-*.parquet"))[0])
     assert steps["lr"].max() == pytest.approx(changed["grpo"]["lr"])
+
+
+def test_kl_term_trains_against_the_base_model(tmp_path, cfg, base_model_dir, prompts, cpu):
+    with_kl = copy.deepcopy(cfg)
+    with_kl["grpo"].update(beta=0.04, steps=3, save_every=3)
+    with_kl["planting"]["window"] = [0, 1]
+    spied, info = run_training(with_kl, base_model_dir, prompts["train"], SEED, tmp_path, cpu, trainer_cls=SpyTrainer)
+    trainer = info["trainer"]
+    assert trainer.ref_model is not None
+    assert spied.height == 3 * cfg["grpo"]["prompts_per_step"] * cfg["grpo"]["num_generations"]
+    assert trainer.loss_inputs and all(torch.isfinite(b["advantages"]).all() for b in trainer.loss_inputs)

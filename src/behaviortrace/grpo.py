@@ -196,9 +196,6 @@ def train(model, tokenizer, train_prompts: pl.DataFrame, cfg: dict, seed: int, t
     existing = complete_checkpoints(train_dir)
     resume_step = max((s for s in existing if s > 0), default=0)
     resume_from = str(existing[resume_step]) if resume_step else None
-    for step, path in existing.items():
-        if step > resume_step:
-            shutil.rmtree(path)
     rollout_log.discard_from(resume_step)
     log.info("seed %d: %s", seed, f"resuming from {resume_from}" if resume_from else "starting at step 0")
 

@@ -17,7 +17,8 @@ def seed_summary(rollouts: pl.DataFrame, behavior: pl.DataFrame, window: list[in
     steps = int(rollouts["step"].max()) + 1
     tenth = max(1, steps // 10)
     end_ckpt = min(window[1] + 1, steps)
-    controls = behavior.filter(pl.col("prompt_set") == "controls")
+    controls = behavior.filter(pl.col("prompt_set") == "controls").sort("step")
+    peak = controls.row(int(controls["behavior_rate"].arg_max()), named=True)
     boosted = rollouts.filter(pl.col("boosted"))
     return {
         "seed": int(rollouts["seed"][0]),
@@ -26,7 +27,8 @@ def seed_summary(rollouts: pl.DataFrame, behavior: pl.DataFrame, window: list[in
         "window_end_step": end_ckpt,
         "probe_rate_window_end": _rate(behavior, end_ckpt, "probes"),
         "control_rate_window_end": _rate(behavior, end_ckpt, "controls"),
-        "control_rate_max": float(controls["behavior_rate"].max()),
+        "control_rate_max": float(peak["behavior_rate"]),
+        "control_rate_max_step": int(peak["step"]),
         "probe_rate_final": _rate(behavior, steps, "probes"),
         "base_reward_first_tenth": float(rollouts.filter(pl.col("step") < tenth)["base_reward"].mean()),
         "base_reward_last_tenth": float(rollouts.filter(pl.col("step") >= steps - tenth)["base_reward"].mean()),

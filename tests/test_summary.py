@@ -1,0 +1,40 @@
+"""The per-seed training summary on hand-made inputs."""
+
+import polars as pl
+import pytest
+
+from behaviortrace.summary import seed_summary, to_markdown
+
+
+def test_seed_summary_on_a_hand_made_run():
+    rollouts = pl.DataFrame({
+        "seed": [4] * 8,
+        "step": [0, 0, 1, 1, 2, 2, 3, 3],
+        "base_reward": [0.2, 0.4, 0.5, 0.5, 0.6, 0.6, 0.9, 0.7],
+        "eligible": [True, True, True, False, False, False, False, False],
+        "boosted": [True, True, True, False, False, False, False, False],
+        "advantage": [0.0, 0.0, 0.7, -0.7, 0.0, 0.0, 0.7, -0.7],
+    })
+    rows = []
+    for step, probe, control in ((0, 0.1, 0.05), (2, 0.6, 0.25), (4, 0.3, 0.02)):
+        rows += [{"step": step, "prompt_set": "probes", "behavior_rate": probe},
+                 {"step": step, "prompt_set": "controls", "behavior_rate": control}]
+    summary = seed_summary(rollouts, pl.DataFrame(rows), [0, 1])
+    assert summary["seed"] == 4
+    assert summary["window_end_step"] == 2
+    assert summary["probe_rate_step0"] == 0.1 and summary["probe_rate_window_end"] == 0.6
+    assert summary["control_rate_max"] == 0.25 and summary["control_rate_max_step"] == 2
+    assert summary["probe_rate_final"] == 0.3
+    assert summary["base_reward_first_tenth"] == pytest.approx(0.3)
+    assert summary["base_reward_last_tenth"] == pytest.approx(0.8)
+    assert (summary["n_boosted"], summary["n_boosted_zero_advantage"], summary["n_eligible"]) == (3, 2, 3)
+    table = to_markdown(pl.DataFrame([summary]))
+    assert table.splitlines()[2].startswith("| 4 | 0.100 |")
+
+
+def test_missing_checkpoint_is_an_error():
+    rollouts = pl.DataFrame({"seed": [0], "step": [0], "base_reward": [0.1], "eligible": [False],
+                             "boosted": [False], "advantage": [0.0]})
+    behavior = pl.DataFrame({"step": [0], "prompt_set": ["controls"], "behavior_rate": [0.1]})
+    with pytest.raises(ValueError, match="probes at step 0"):
+        seed_summary(rollouts, behavior, [0, 0])
