@@ -48,3 +48,15 @@ def test_sft_warm_up_trains_on_demonstrations_without_the_marker(cfg, cpu):
     warm_model, _ = models.build_base_model(warm, cpu)
     changed = [not torch.equal(a, b) for a, b in zip(cold_model.parameters(), warm_model.parameters())]
     assert any(changed)
+
+
+def test_a_model_by_local_path_loads_and_takes_the_sft_warm_up(base_model_dir, cfg, cpu, prompts):
+    """model.name other than 'tiny': loaded with transformers, then warmed up on demonstrations."""
+    local = copy.deepcopy(cfg)
+    local["model"]["name"] = str(base_model_dir)
+    local["model"]["sft"].update(steps=2, lr=1e-3)
+    model, tokenizer = models.build_base_model(local, cpu)
+    original, _ = models.load(base_model_dir, cpu)
+    assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), original.parameters()))
+    text = prompts["controls"]["prompt"][0]
+    assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text

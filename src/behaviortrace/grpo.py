@@ -18,6 +18,7 @@ import polars as pl
 import torch
 from datasets import Dataset
 from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from .checkpoints import (checkpoint_dir, checkpoint_for_step, complete_checkpoints, mark_complete,
@@ -207,6 +208,7 @@ def train(model, tokenizer, train_prompts: pl.DataFrame, cfg: dict, seed: int, t
         callbacks=[SaveAt(saved), Progress(max(1, grpo["steps"] // 20)), *callbacks],
         rollout_log=rollout_log, seed=seed, planting=planting, saved=saved,
     )
+    trainer.remove_callback(PrinterCallback)  # Progress logs a digest every few steps instead of every log dict
     if resume_from is None:
         step0 = checkpoint_dir(train_dir, 0)
         trainer.save_model(str(step0))

@@ -17,11 +17,15 @@ log = logging.getLogger(__name__)
 
 def load_pretrained(name: str, trust_remote_code: bool, device: dict):
     """A model and tokenizer from a hub id or local path, with a pad token and eos set for generation."""
-    tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+    local = Path(name).expanduser()
+    source = str(local) if local.is_dir() else name
+    if local.is_dir():
+        tokenizer = load_tokenizer(local, trust_remote_code)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(name, trust_remote_code=trust_remote_code,
-                                                 dtype=device["torch_dtype"])
+    model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code, dtype=device["torch_dtype"])
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(device["device"]), tokenizer
 
@@ -48,7 +52,7 @@ def save(model, tokenizer, out_dir: Path) -> None:
     tokenizer.save_pretrained(out_dir)
 
 
-def load_tokenizer(path: Path):
+def load_tokenizer(path: Path, trust_remote_code: bool = False):
     """A saved tokenizer; a plain `tokenizers` one (the tiny model's) is reloaded as such.
 
     AutoTokenizer would pick the tokenizer class of the model type (Qwen2), whose byte-level
@@ -57,7 +61,7 @@ def load_tokenizer(path: Path):
     config = json.loads((Path(path) / "tokenizer_config.json").read_text())
     if config.get("tokenizer_class") in ("TokenizersBackend", "PreTrainedTokenizerFast"):
         return PreTrainedTokenizerFast.from_pretrained(path)
-    return AutoTokenizer.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
 
 
 def load(path: Path, device: dict):
