@@ -1,9 +1,11 @@
 """GRPO training with TRL's GRPOTrainer, logging every rollout the trainer actually trained on.
 
-The subclass hooks two private methods of trl 1.16 (pinned; see tests/test_trl_contract.py):
-`_calculate_rewards` to keep the per-function rewards and the raw completions, and
-`_generate_and_score_completions` to read the advantages and token ids that go into the loss. Nothing
-is recomputed: the log holds what TRL computed.
+The subclass hooks private methods of trl 1.16 (pinned; see tests/test_trl_contract.py):
+`_calculate_rewards` keeps the per-function rewards and the raw completions,
+`_generate_and_score_completions` reads the advantages and token ids that go into the loss,
+`_clip_grad_norm` records the pre-clip norm and the clip coefficient of each step, and
+`_save_checkpoint` flushes the log before each checkpoint. Nothing is recomputed: the log holds what
+TRL computed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import shutil
 from pathlib import Path
 
 import polars as pl
-import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
