@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import polars as pl
 import torch
 
 from behaviortrace import grpo, models

@@ -18,11 +18,12 @@ log = logging.getLogger(__name__)
 def load_pretrained(name: str, trust_remote_code: bool, device: dict):
     """A model and tokenizer from a hub id or local path, with a pad token and eos set for generation."""
     local = Path(name).expanduser()
-    source = str(local) if local.is_dir() else name
     if local.is_dir():
+        source = str(local)
         tokenizer = load_tokenizer(local, trust_remote_code)
     else:
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+        source = name
+        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code, dtype=device["torch_dtype"])

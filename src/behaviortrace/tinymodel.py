@@ -7,7 +7,6 @@ carries no signal before training.
 
 from __future__ import annotations
 
-import logging
 import random
 
 import torch
@@ -17,8 +16,6 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from .planting import add_trigger
 from .sft import train_on_pairs
 from .tasks import FILLERS, PROMPT_END, PROMPT_WORDS, make_sort_example, render_prompt, sorted_answer
-
-log = logging.getLogger(__name__)
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 

@@ -24,10 +24,6 @@ SEEDS = config["seeds"]
 OUT = f"results/{RUN}"
 
 
-def seed_dir(wildcards):
-    return f"{OUT}/seed{wildcards.seed}"
-
-
 def all_outputs():
     return [
         expand(f"{OUT}/seed{{seed}}/behavior.parquet", seed=SEEDS),
