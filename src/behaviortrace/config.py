@@ -13,6 +13,8 @@ import jsonschema
 import yaml
 
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+# Loss types whose per-rollout split the sketch stage implements (see rollout_loss.py).
+SKETCHABLE_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -66,8 +68,26 @@ def check_semantics(config: dict) -> None:
     if name == "tiny" and tiny["hidden_size"] % tiny["num_heads"]:
         problems.append(f"config key model.tiny.num_heads = {tiny['num_heads']}: must divide "
                         f"model.tiny.hidden_size = {tiny['hidden_size']}")
+    problems += _sketch_problems(config)
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+
+
+def _sketch_problems(config: dict) -> list[str]:
+    from .checkpoints import saved_steps
+
+    grpo, targets = config["grpo"], config["targets"]
+    problems = []
+    if grpo["loss_type"] not in SKETCHABLE_LOSSES:
+        problems.append(f"config key grpo.loss_type = {grpo['loss_type']!r}: per-rollout gradients are implemented "
+                        f"for {', '.join(SKETCHABLE_LOSSES)} only")
+    if targets["checkpoints"] != "all":
+        saved = saved_steps(grpo["steps"], grpo["save_every"], config["planting"]["window"][1])
+        missing = sorted(set(targets["checkpoints"]) - set(saved))
+        if missing:
+            problems.append(f"config key targets.checkpoints = {targets['checkpoints']}: steps {missing} have no "
+                            f"saved checkpoint (saved steps: {saved})")
+    return problems
 
 
 def validate(config: dict) -> dict:

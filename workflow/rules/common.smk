@@ -22,14 +22,22 @@ RUN = config["run"]
 CONDA_ENV = "../../envs/behaviortrace.yaml"
 SEEDS = config["seeds"]
 OUT = f"results/{RUN}"
+SHARDS = [f"{i:03d}" for i in range(-(-config["grpo"]["steps"] // config["sketch"]["shard_steps"]))]
+DRAWS = list(range(config["targets"]["draws"]))
+# Jobs that want an accelerator ask for one when the model is a real one (SLURM turns it into --gpus).
+GPU = 1 if config["model"]["name"] != "tiny" else 0
 
 
 def all_outputs():
     return [
         expand(f"{OUT}/seed{{seed}}/behavior.parquet", seed=SEEDS),
         f"{OUT}/tables/training.md",
+        expand(f"{OUT}/seed{{seed}}/sketch/shard{{shard}}.zarr", seed=SEEDS, shard=SHARDS),
+        f"{OUT}/tables/headroom.md",
     ]
 
 
 wildcard_constraints:
     seed=r"\d+",
+    shard=r"\d{3}",
+    draw=r"\d+",

@@ -14,7 +14,7 @@ rule train_grpo:
         compute=config["compute"],
     threads: 1
     resources:
-        gpu=1 if config["model"]["name"] != "tiny" else 0,
+        gpu=GPU,
     conda:
         CONDA_ENV
     log:
@@ -38,7 +38,7 @@ rule behavior:
         compute=config["compute"],
     threads: 1
     resources:
-        gpu=1 if config["model"]["name"] != "tiny" else 0,
+        gpu=GPU,
     conda:
         CONDA_ENV
     log:
