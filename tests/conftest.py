@@ -28,6 +28,9 @@ def small_config() -> dict:
     cfg["probes"].update(n_probes=8, n_controls=8, samples_per_prompt=2)
     cfg["grpo"].update(steps=6, prompts_per_step=3, num_generations=4, save_every=2, warmup_steps=0)
     cfg["planting"]["window"] = [0, 2]
+    # Two shards of three steps; chunks of 5 rollouts split the 12 rollouts of a step unevenly.
+    cfg["sketch"].update(k=256, shard_steps=3, chunk_rollouts=5)
+    cfg["targets"].update(samples_per_prompt=4)
     return cfg
 
 
@@ -56,3 +59,46 @@ def base_model_dir(tmp_path_factory, cfg, cpu) -> Path:
 def prompts(cfg):
     from behaviortrace.data import plant_prompts
     return plant_prompts(cfg["task"], cfg["planting"], cfg["grpo"], cfg["probes"], cfg["probes"]["seed"])
+
+
+@pytest.fixture(scope="session")
+def small_run(tmp_path_factory, cfg, base_model_dir, prompts, cpu) -> dict:
+    """One real GRPO run of the small config, with its rollout log, step log and checkpoints on disk."""
+    from grpo_helpers import run_training
+    out = tmp_path_factory.mktemp("small_run")
+    prompts_path = out / "train_prompts.parquet"
+    prompts["train"].write_parquet(prompts_path)
+    for name in ("probes", "controls"):
+        prompts[name].write_parquet(out / f"{name}.parquet")
+    rollouts, _ = run_training(cfg, base_model_dir, prompts["train"], 0, out, cpu)
+    return {"dir": out, "rollouts": rollouts, "cfg": cfg, "base_model": base_model_dir}
+
+
+def per_row_gradients(model, batch: dict, loss_args: dict) -> dict:
+    """Each rollout's gradient by its own backward pass (the independent reference)."""
+    from behaviortrace.rollout_loss import completion_logps, rollout_losses, rows_of
+    n = batch["advantages"].shape[0]
+    grads = {name: [] for name, p in model.named_parameters() if p.requires_grad}
+    for i in range(n):
+        model.zero_grad(set_to_none=True)
+        row = rows_of(batch, i, i + 1)
+        rollout_losses(completion_logps(model, row, loss_args["temperature"]), row, **loss_args["loss"]).sum().backward()
+        for name, p in model.named_parameters():
+            if p.requires_grad:
+                grads[name].append(p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+    model.zero_grad(set_to_none=True)
+    return {name: torch.stack(g) for name, g in grads.items()}
+
+
+@pytest.fixture(scope="session")
+def rollout_gradients(small_run, cpu):
+    """Real per-rollout gradients of step 1 at checkpoint 0, by autograd one rollout at a time (no KL)."""
+    import polars as pl
+    from behaviortrace import models
+    from behaviortrace.pergrad import param_layout
+    from behaviortrace.rollout_loss import step_batch
+    model, tokenizer = models.load(small_run["dir"] / "train" / "checkpoint-0", cpu)
+    batch = step_batch(small_run["rollouts"].filter(pl.col("step") == 1), tokenizer.pad_token_id)
+    args = {"temperature": 1.0, "loss": {"loss_type": "dapo", "beta": 0.0, "max_completion_length": 10,
+                                         "num_items": int(batch["completion_mask"].sum()), "n_rows": 12}}
+    return param_layout(model), per_row_gradients(model, batch, args)

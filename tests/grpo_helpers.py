@@ -12,6 +12,19 @@ import torch
 from behaviortrace import grpo, models
 
 
+class GradSpy(grpo.RolloutLoggingGRPOTrainer):
+    """Copies the accumulated gradient of each step just before TRL clips it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.step_grads: dict[int, torch.Tensor] = {}
+
+    def _clip_grad_norm(self, model):
+        self.step_grads[self.state.global_step] = torch.cat(
+            [p.grad.detach().flatten().clone() for p in model.parameters() if p.requires_grad])
+        return super()._clip_grad_norm(model)
+
+
 def run_training(cfg, base_model_dir, train_prompts, seed, out_dir, device, **kwargs):
     torch.set_num_threads(1)
     model, tokenizer = models.load(base_model_dir, device)

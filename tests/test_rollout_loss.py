@@ -9,30 +9,35 @@ import pytest
 import torch
 
 from behaviortrace import models
-from behaviortrace.grpo import RolloutLoggingGRPOTrainer
-from behaviortrace.rollout_loss import completion_logps, rollout_losses, step_batch
-from grpo_helpers import run_training
-
-
-class GradSpy(RolloutLoggingGRPOTrainer):
-    """Copies the accumulated gradient of each step just before TRL clips it."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.step_grads: dict[int, torch.Tensor] = {}
-
-    def _clip_grad_norm(self, model):
-        self.step_grads[self.state.global_step] = torch.cat(
-            [p.grad.detach().flatten().clone() for p in model.parameters() if p.requires_grad])
-        return super()._clip_grad_norm(model)
+from behaviortrace.pergrad import Capture, param_layout
+from behaviortrace.rollout_loss import completion_logps, rollout_losses, rows_of, step_batch
+from behaviortrace.sketchmap import materialize
+from grpo_helpers import GradSpy, run_training
 
 
 def flat_grad(model) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])
 
 
+def captured_gradients(model, ref, batch, loss_type, beta, temperature, max_len, chunk) -> dict:
+    """Per-rollout gradients from the hooked capture, a chunk of rows at a time, normalized as the whole step."""
+    n, num_items = batch["advantages"].shape[0], int(batch["completion_mask"].sum())
+    layout = param_layout(model)
+    parts = []
+    for start in range(0, n, chunk):
+        rows = rows_of(batch, start, start + chunk)
+        with Capture(model) as cap:
+            logps = completion_logps(model, rows, temperature)
+            ref_logps = completion_logps(ref, rows, temperature).detach() if beta else None
+            rollout_losses(logps, rows, loss_type, beta, max_len, ref_logps, num_items=num_items, n_rows=n).sum().backward()
+            parts.append(materialize(cap.finish(), layout))
+    return {name: torch.cat([p[name] for p in parts]) for name in layout}
+
+
 @pytest.mark.parametrize("loss_type, beta", [("dapo", 0.1), ("grpo", 0.0)])
 def test_rollout_terms_reproduce_trls_step_gradient(tmp_path, cfg, base_model_dir, prompts, cpu, loss_type, beta):
+    """Both the batched loss terms and the per-rollout gradients (captured in chunks of 5) add up to the
+    gradient TRL clipped at each step."""
     run_cfg = copy.deepcopy(cfg)
     run_cfg["grpo"].update(steps=3, save_every=1, loss_type=loss_type, beta=beta)
     run_cfg["planting"]["window"] = [0, 1]
@@ -51,19 +56,31 @@ def test_rollout_terms_reproduce_trls_step_gradient(tmp_path, cfg, base_model_di
         rel = ((ours - trl_grad).norm() / trl_grad.norm()).item()
         assert rel <= 1e-4, (step, rel)
 
+        per_rollout = captured_gradients(model, ref, batch, loss_type, beta, grpo_cfg["temperature"],
+                                         grpo_cfg["max_new_tokens"], chunk=5)
+        summed = torch.cat([per_rollout[name].sum(0).flatten() for name, _ in model.named_parameters()])
+        rel = ((summed - trl_grad).norm() / trl_grad.norm()).item()
+        assert rel <= 1e-4, (step, rel)
 
-def test_per_row_gradients_sum_to_the_batch_gradient(cfg, base_model_dir, prompts, cpu, tmp_path):
-    """One rollout at a time (its own forward, same padded layout) adds up to the batched gradient."""
-    rollouts, _ = run_training(cfg, base_model_dir, prompts["train"], 6, tmp_path, cpu)
-    model, tokenizer = models.load(base_model_dir, cpu)
-    batch = step_batch(rollouts.filter(pl.col("step") == 0), tokenizer.pad_token_id)
-    num_items = int(batch["completion_mask"].sum())
-    rollout_losses(completion_logps(model, batch, 1.0), batch, "dapo", 0.0, 10).sum().backward()
-    batched = flat_grad(model).clone()
-    total = torch.zeros_like(batched)
-    for i in range(batch["advantages"].shape[0]):
-        model.zero_grad()
-        row = {k: v[i:i + 1] for k, v in batch.items()}
-        rollout_losses(completion_logps(model, row, 1.0), row, "dapo", 0.0, 10, num_items=num_items).sum().backward()
-        total += flat_grad(model)
-    assert ((total - batched).norm() / batched.norm()).item() <= 1e-5
+
+def test_captured_gradients_equal_one_backward_per_rollout(small_run, cpu):
+    """Every rollout's captured gradient (KL term included) matches its own backward pass, block by block."""
+    ref, _ = models.load(small_run["base_model"], cpu)
+    model, tokenizer = models.load(small_run["dir"] / "train" / "checkpoint-2", cpu)
+    batch = step_batch(small_run["rollouts"].filter(pl.col("step") == 3), tokenizer.pad_token_id)
+    n, num_items = batch["advantages"].shape[0], int(batch["completion_mask"].sum())
+    captured = captured_gradients(model, ref, batch, "dapo", 0.1, 1.0, 10, chunk=5)
+    ref_logps = completion_logps(ref, batch, 1.0).detach()
+
+    expected = {name: [] for name in captured}
+    for i in range(n):
+        model.zero_grad(set_to_none=True)
+        row = rows_of(batch, i, i + 1)
+        rollout_losses(completion_logps(model, row, 1.0), row, "dapo", 0.1, 10, ref_logps[i:i + 1],
+                       num_items=num_items, n_rows=n).sum().backward()
+        for name, p in model.named_parameters():
+            expected[name].append(p.grad.clone())
+    for name, grads in expected.items():
+        want = torch.stack(grads)
+        err = ((captured[name] - want).flatten(1).norm(dim=1) / want.flatten(1).norm(dim=1).clamp(min=1e-12)).max()
+        assert err <= 1e-5, (name, float(err))

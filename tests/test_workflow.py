@@ -4,9 +4,12 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import polars as pl
 import pytest
 import yaml
+
+from behaviortrace.sketchstore import open_store, read_rows
 
 from conftest import ROOT, small_config
 
@@ -43,6 +46,15 @@ def test_every_output_exists_and_is_consistent(finished_run):
         behavior = pl.read_parquet(out / f"seed{seed}" / "behavior.parquet")
         assert sorted(behavior["step"].unique().to_list()) == [c["step"] for c in manifest["checkpoints"]]
         assert set(behavior["prompt_set"]) == {"probes", "controls"}
+        shards = [read_rows([out / f"seed{seed}" / "sketch" / f"shard{i:03d}.zarr"], with_sketches=False)[0]
+                  for i in range(2)]
+        assert np.concatenate([r["rollout_id"] for r in shards]).tolist() == rollouts["rollout_id"].sort().to_list()
+        for draw in range(cfg["targets"]["draws"]):
+            assert open_store(out / f"seed{seed}" / "targets" / f"draw{draw}.zarr")["forced"].shape[0] == len(
+                manifest["checkpoints"])
+    headroom = pl.read_parquet(out / "tables" / "headroom.parquet")
+    assert headroom.height == len(cfg["seeds"]) * cfg["targets"]["draws"] * len(manifest["checkpoints"])
+    assert "| seed | draw | step |" in (out / "tables" / "headroom.md").read_text()
     summary = pl.read_parquet(out / "tables" / "training.parquet")
     assert summary["seed"].to_list() == cfg["seeds"]
     assert "n_boosted_zero_advantage" in summary.columns
@@ -56,6 +68,9 @@ def test_each_rule_logs_its_progress(finished_run):
     train_log = (logs / "train_grpo" / "seed0.log").read_text()
     assert "step 6/6" in train_log and "saved checkpoint checkpoint-6" in train_log
     assert "checkpoint 5/5" in (logs / "behavior" / "seed1.log").read_text()
+    sketch_log = (logs / "sketch" / "seed1_shard001.log").read_text()
+    assert "self-check" in sketch_log and "step 5 (checkpoint 4)" in sketch_log and "rollouts/s" in sketch_log
+    assert "checkpoint 5/5 (step 6)" in (logs / "targets" / "seed0_draw1.log").read_text()
 
 
 def test_second_run_has_nothing_to_do(finished_run):

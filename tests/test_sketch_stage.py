@@ -1,0 +1,179 @@
+"""The sketch and targets stages on a real small GRPO run: behavior-token sketches, stores that survive
+a SIGKILL, and targets per generation draw."""
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+import zarr
+
+from behaviortrace import models
+from behaviortrace.markers import marker_token_ids
+from behaviortrace.rollout_loss import completion_logps, rollout_losses, step_batch
+from behaviortrace.sketching import StepSketcher
+from behaviortrace.sketchmap import SketchMap
+from behaviortrace.sketchstage import sketch_shard
+from behaviortrace.sketchstore import open_store, read_rows, read_steps
+from behaviortrace.targetstage import build_targets, headroom_table
+
+LOSS_KEYS = ("steps", "temperature", "loss_type", "beta", "max_new_tokens")
+
+
+def stage_args(run: dict, out: Path, shard: int, cpu: dict) -> dict:
+    cfg, d = run["cfg"], run["dir"]
+    return dict(shard=shard, rollouts_path=d / "rollouts.parquet", steps_path=d / "steps.parquet",
+                checkpoints_path=d / "checkpoints.json", base_model=run["base_model"], out=out, sketch=cfg["sketch"],
+                grpo={k: cfg["grpo"][k] for k in LOSS_KEYS}, marker=cfg["planting"]["marker"], model_name="tiny",
+                device=cpu)
+
+
+@pytest.mark.parametrize("method", ["countsketch", "factored"])
+def test_behavior_token_sketch_is_zero_exactly_without_a_marker_token(small_run, cpu, method):
+    cfg = small_run["cfg"]
+    model, tokenizer = models.load(small_run["dir"] / "train" / "checkpoint-0", cpu)
+    ref, _ = models.load(small_run["base_model"], cpu)
+    marker = cfg["planting"]["marker"]
+    marker_ids = marker_token_ids(tokenizer, marker)
+    smap = SketchMap.for_model(model, method, 256, 0)
+    sketcher = StepSketcher(smap, cfg["grpo"], tokenizer, marker, marker_ids, ref, chunk=5)
+    rows = small_run["rollouts"].sort("rollout_id")
+    steps = sorted(rows["step"].unique().to_list())
+    batches = {s: step_batch(rows.filter(pl.col("step") == s), tokenizer.pad_token_id) for s in steps}
+    out = {s: sketcher.sketch_step(model, rows.filter(pl.col("step") == s), int(b["completion_mask"].sum()))
+           for s, b in batches.items()}
+    has = np.concatenate([out[s]["has_marker"] for s in steps])
+    holds_token = np.array([any(t in marker_ids for t in ids) for ids in rows["completion_ids"].to_list()])
+    nonzero = np.concatenate([np.abs(out[s]["behavior_sketch"]).sum(1) > 0 for s in steps])
+    norms = np.concatenate([out[s]["behavior_norm"] for s in steps])
+    assert 0 < has.sum() < len(has)
+    assert (has == holds_token).all() and (nonzero == holds_token).all() and ((norms > 0) == holds_token).all()
+
+    # The behavior-token sketch of a marked rollout is the sketch of its own masked-loss gradient.
+    step = next(s for s in steps if out[s]["has_marker"].any())
+    i = int(np.flatnonzero(out[step]["has_marker"])[0])
+    step_rows, batch = rows.filter(pl.col("step") == step), batches[step]
+    positions = sketcher.positions(step_rows, batch["completion_ids"].shape[1])
+    row = {k: v[i:i + 1] for k, v in batch.items()}
+    model.zero_grad(set_to_none=True)
+    ref_logps = completion_logps(ref, row, 1.0).detach()
+    rollout_losses(completion_logps(model, row, 1.0), row, "dapo", cfg["grpo"]["beta"], 10, ref_logps,
+                   num_items=int(batch["completion_mask"].sum()), positions=positions[i:i + 1],
+                   n_rows=step_rows.height).sum().backward()
+    want, _ = smap.sketch_dense({n: p.grad for n, p in model.named_parameters()})
+    assert torch.allclose(torch.from_numpy(out[step]["behavior_sketch"][i]), want, rtol=1e-4, atol=1e-9)
+
+
+KILL_CHILD = """
+import json, os, signal, sys
+from pathlib import Path
+sys.path.insert(0, {src!r})
+import torch
+torch.set_num_threads(1)
+from behaviortrace import sketchstore
+from behaviortrace.device import resolve
+from behaviortrace.sketchstage import sketch_shard
+original = sketchstore.ShardWriter.write_step
+calls = []
+def write_then_die(self, step, arrays):
+    original(self, step, arrays)
+    calls.append(step)
+    if len(calls) == {kill_after}:
+        os.kill(os.getpid(), signal.SIGKILL)
+sketchstore.ShardWriter.write_step = write_then_die
+args = json.loads(Path({args!r}).read_text())
+args = {{k: Path(v) if k.endswith(("_path", "out", "model")) else v for k, v in args.items()}}
+sketch_shard(**args, device=resolve({{"device": "cpu", "dtype": "float32"}}))
+"""
+
+
+def test_killed_sketch_job_leaves_no_finished_store_and_resumes_to_the_same_result(small_run, cpu, tmp_path):
+    torch.set_num_threads(1)
+    clean = tmp_path / "clean" / "shard000.zarr"
+    sketch_shard(**stage_args(small_run, clean, 0, cpu))
+
+    killed = tmp_path / "killed" / "shard000.zarr"
+    args = stage_args(small_run, killed, 0, cpu)
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in args.items() if k != "device"}))
+    code = KILL_CHILD.format(src=str(Path(__file__).parents[1] / "src"), kill_after=2, args=str(args_file))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == -9, res.stderr[-2000:]
+    assert not killed.exists()
+    partial = killed.with_name("shard000.zarr.partial")
+    with pytest.raises(RuntimeError, match="not complete"):
+        open_store(partial)
+    assert list(zarr.open_group(partial, mode="r")["steps/done"][:]) == [True, True, False]
+
+    sketch_shard(**args)
+    assert not partial.exists()
+    got, attrs = read_rows([killed])
+    want, _ = read_rows([clean])
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name
+    assert attrs["complete"] and attrs["method"] == "countsketch" and attrs["k"] == 256
+    rollouts = small_run["rollouts"].filter(pl.col("step") < 3).sort("rollout_id")
+    assert got["rollout_id"].tolist() == rollouts["rollout_id"].to_list()
+    assert got["checkpoint_step"].tolist() == rollouts["checkpoint_step"].to_list()
+    assert (got["norm"] > 0).all() and np.isfinite(got["fluency"]).all() and (got["fluency"] < 0).all()
+    logged = pl.read_parquet(small_run["dir"] / "steps.parquet").filter(pl.col("step") < 3)
+    assert read_steps([killed])["clip_coef"].to_list() == logged["clip_coef"].to_list()
+
+
+def test_stale_partial_store_from_other_settings_is_discarded(small_run, cpu, tmp_path):
+    out = tmp_path / "shard001.zarr"
+    args = stage_args(small_run, out, 1, cpu)
+    other = copy.deepcopy(args)
+    other["sketch"] = {**args["sketch"], "seed": 99}
+    partial = out.with_name("shard001.zarr.partial")
+    from behaviortrace import sketchstore
+    original = sketchstore.ShardWriter.finish
+    sketchstore.ShardWriter.finish = lambda self: None  # leave the other settings' store unfinished
+    try:
+        sketch_shard(**other)
+    finally:
+        sketchstore.ShardWriter.finish = original
+    assert partial.exists()
+    sketch_shard(**args)
+    rows, attrs = read_rows([out])
+    assert attrs["seed"] == args["sketch"]["seed"]
+    fresh = tmp_path / "fresh.zarr"
+    sketch_shard(**stage_args(small_run, fresh, 1, cpu))
+    assert np.array_equal(rows["sketch"], read_rows([fresh])[0]["sketch"])
+
+
+def test_targets_per_draw(small_run, cpu, tmp_path):
+    cfg, d = small_run["cfg"], small_run["dir"]
+    probes, controls = pl.read_parquet(d / "probes.parquet"), pl.read_parquet(d / "controls.parquet")
+    sampling = {k: cfg["grpo"][k] for k in ("max_new_tokens", "temperature", "top_p")}
+
+    def run(draw, name):
+        build_targets(seed=0, draw=draw, checkpoints_path=d / "checkpoints.json", probes=probes, controls=controls,
+                      out_store=tmp_path / f"{name}.zarr", out_rates=tmp_path / f"{name}.parquet", targets=cfg["targets"],
+                      sketch=cfg["sketch"], sampling=sampling, marker=cfg["planting"]["marker"],
+                      base_reward=cfg["task"]["base_reward"], model_name="tiny", device=cpu)
+        return zarr.open_group(tmp_path / f"{name}.zarr", mode="r"), pl.read_parquet(tmp_path / f"{name}.parquet")
+
+    store, rates = run(0, "a")
+    again, rates_again = run(0, "b")
+    other, other_rates = run(1, "c")
+    saved = [c["step"] for c in json.loads((d / "checkpoints.json").read_text())["checkpoints"]]
+    assert store["checkpoint_step"][:].tolist() == saved
+    n_samples = cfg["targets"]["samples_per_prompt"] * probes.height
+    probe_rates = rates.filter(pl.col("prompt_set") == "probes").sort("step")
+    # Every sample that shows the marker contributes to the in-context target, and only those.
+    assert store["in_context_n"][:].tolist() == (probe_rates["behavior_rate"] * n_samples).round().to_list()
+    assert (store["forced_n"][:] == probes.height).all() and (store["forced_norm"][:] > 0).all()
+    assert ((store["in_context_norm"][:] > 0) == (store["in_context_n"][:] > 0)).all()
+    assert store["forced"].shape == (len(saved), store.attrs["k"])
+    assert np.array_equal(store["in_context"][:], again["in_context"][:]) and rates.equals(rates_again)
+    assert not rates.equals(other_rates)  # another draw samples other completions
+    assert np.array_equal(store["forced"][:], other["forced"][:])  # the forced target does not depend on the draw
+    table = headroom_table([tmp_path / "a.parquet", tmp_path / "c.parquet"], 0.9)
+    assert table.height == 2 * len(saved)
+    assert set(table.columns) >= {"seed", "draw", "step", "probe_rate", "control_rate", "headroom", "saturated"}
