@@ -31,6 +31,7 @@ def small_config() -> dict:
     # Two shards of three steps; chunks of 5 rollouts split the 12 rollouts of a step unevenly.
     cfg["sketch"].update(k=256, shard_steps=3, chunk_rollouts=5)
     cfg["targets"].update(samples_per_prompt=4)
+    cfg["evaluation"]["bootstrap"] = 50
     return cfg
 
 

@@ -37,6 +37,10 @@ def test_default_and_paper_configs_are_valid():
     ("sketch.k", 8, "sketch.k = 8"),
     ("targets.checkpoints", [0, 33], "targets.checkpoints = [0, 33]: steps [33] have no saved checkpoint"),
     ("grpo.loss_type", "cispo", "grpo.loss_type = 'cispo': per-rollout gradients are implemented for"),
+    ("estimators.trak", {"lambda": 1.0}, "estimators.trak.lambda: not a parameter of trak"),
+    ("estimators.magic", {}, "estimators.magic: unknown estimator 'magic'"),
+    ("estimators.gas", {"step_aggregate": "median"}, "estimators.gas.step_aggregate = 'median'"),
+    ("evaluation.targets", ["elsewhere"], "evaluation.targets.0 = 'elsewhere'"),
 ])
 def test_bad_values_name_key_and_value(path, value, expected):
     with pytest.raises(ConfigError) as err:
@@ -87,7 +91,8 @@ def test_paper_dag_lists_every_job_without_loading_a_model():
     out = res.stdout + res.stderr
     assert "LOADED: none" in out
     for rule, count in (("plant_data", 1), ("base_model", 1), ("train_grpo", 3), ("behavior", 3),
-                        ("training_summary", 1), ("sketch", 30), ("targets", 6), ("headroom", 1)):
+                        ("training_summary", 1), ("sketch", 30), ("targets", 6), ("headroom", 1), ("score", 66),
+                        ("evaluate", 6)):
         assert any(line.split() == [rule, str(count)] for line in out.splitlines()), (rule, out[-2000:])
     assert "results/paper/seed2/rollouts.parquet" in out
     assert time.perf_counter() - start < 120

@@ -53,6 +53,18 @@ def test_behavior_token_sketch_is_zero_exactly_without_a_marker_token(small_run,
     norms = np.concatenate([out[s]["behavior_norm"] for s in steps])
     assert 0 < has.sum() < len(has)
     assert (has == holds_token).all() and (nonzero == holds_token).all() and ((norms > 0) == holds_token).all()
+    null_norms = np.concatenate([out[s]["null_norm"] for s in steps])
+    assert ((null_norms > 0) <= has).all() and (null_norms > 0).sum() > 0
+
+    # Null positions: as many as the marker's, never on it, inside the completion, reproducible.
+    for s in steps:
+        step_rows, batch = rows.filter(pl.col("step") == s), batches[s]
+        marker_pos = sketcher.positions(step_rows, batch["completion_ids"].shape[1])
+        null = sketcher.null_positions(step_rows, marker_pos, batch["completion_mask"])
+        free = ((batch["completion_mask"] > 0) & (marker_pos == 0)).sum(1)
+        assert torch.equal(null.sum(1), torch.minimum(marker_pos.sum(1), free.float()))
+        assert not (null * marker_pos).any() and not (null * (1 - batch["completion_mask"])).any()
+        assert torch.equal(null, sketcher.null_positions(step_rows, marker_pos, batch["completion_mask"]))
 
     # The behavior-token sketch of a marked rollout is the sketch of its own masked-loss gradient.
     step = next(s for s in steps if out[s]["has_marker"].any())

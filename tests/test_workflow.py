@@ -1,5 +1,6 @@
 """Real Snakemake runs of the workflow on a shrunken default config."""
 
+import copy
 import json
 import subprocess
 import sys
@@ -25,6 +26,7 @@ def finished_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("workflow")
     cfg = small_config()
     cfg.update(run="wf", seeds=[0, 1])
+    cfg["planting"]["fraction"] = 1.0  # more boosted rollouts in a six-step run
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
     res = snakemake(workdir)
     assert res.returncode == 0, res.stderr[-4000:]
@@ -35,6 +37,7 @@ def test_every_output_exists_and_is_consistent(finished_run):
     workdir, cfg = finished_run
     out = workdir / "results" / "wf"
     g = cfg["grpo"]
+    evaluated_seeds = set()
     for seed in cfg["seeds"]:
         rollouts = pl.read_parquet(out / f"seed{seed}" / "rollouts.parquet")
         assert rollouts.height == g["steps"] * g["prompts_per_step"] * g["num_generations"]
@@ -52,6 +55,20 @@ def test_every_output_exists_and_is_consistent(finished_run):
         for draw in range(cfg["targets"]["draws"]):
             assert open_store(out / f"seed{seed}" / "targets" / f"draw{draw}.zarr")["forced"].shape[0] == len(
                 manifest["checkpoints"])
+        for draw in range(cfg["targets"]["draws"]):
+            metrics = pl.read_parquet(out / f"seed{seed}" / "metrics" / f"draw{draw}.parquet")
+            gt = metrics.filter((pl.col("metric") == "gt_unfindable") & (pl.col("stratum") == "all"))
+            assert gt["n"].to_list() == [int(rollouts["boosted"].sum())]
+            if gt["n"][0] > 0:
+                evaluated_seeds.add(seed)
+                assert set(metrics["estimator"]) == set(cfg["estimators"]) | {"ground_truth", "behavior_tokens"}
+                assert set(metrics["level"]) >= {"rollout", "step", "step_summed", "token"}
+            else:  # nothing to find: only the ground-truth count
+                assert set(metrics["estimator"]) == {"ground_truth"}
+            assert (metrics["seed"] == seed).all() and (metrics["draw"] == draw).all()
+            scores = pl.read_parquet(out / f"seed{seed}" / "scores" / "gas" / f"draw{draw}_in_context.parquet")
+            assert scores.height == rollouts.height
+    assert evaluated_seeds, "no seed of the small run has boosted rollouts to evaluate against"
     headroom = pl.read_parquet(out / "tables" / "headroom.parquet")
     assert headroom.height == len(cfg["seeds"]) * cfg["targets"]["draws"] * len(manifest["checkpoints"])
     assert "| seed | draw | step |" in (out / "tables" / "headroom.md").read_text()
@@ -71,6 +88,35 @@ def test_each_rule_logs_its_progress(finished_run):
     sketch_log = (logs / "sketch" / "seed1_shard001.log").read_text()
     assert "self-check" in sketch_log and "step 5 (checkpoint 4)" in sketch_log and "rollouts/s" in sketch_log
     assert "checkpoint 5/5 (step 6)" in (logs / "targets" / "seed0_draw1.log").read_text()
+
+
+def job_counts(output: str) -> dict[str, int]:
+    counts, in_table = {}, False
+    for line in output.splitlines():
+        parts = line.split()
+        if parts[:2] == ["job", "count"]:
+            in_table = True
+        elif in_table and len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
+            counts[parts[0]] = int(parts[1])
+        elif in_table and counts and not parts:
+            break
+    return counts
+
+
+def test_changing_one_estimator_reruns_only_its_scores_and_the_evaluation(finished_run):
+    workdir, cfg = finished_run
+    changed = copy.deepcopy(cfg)
+    changed["estimators"]["trak"]["lambda_scale"] = 0.2
+    path = workdir / "changed.yaml"
+    path.write_text(yaml.safe_dump(changed))
+    res = snakemake(workdir, "-n", "--configfile", str(path))
+    assert res.returncode == 0, res.stderr[-3000:]
+    n_draws, n_targets = cfg["targets"]["draws"], len(cfg["evaluation"]["targets"])
+    expected = {"score": len(cfg["seeds"]) * n_draws * n_targets, "evaluate": len(cfg["seeds"]) * n_draws, "all": 1}
+    assert job_counts(res.stdout + res.stderr) == expected
+    outputs = [line for line in res.stdout.splitlines() if line.strip().startswith("output:")]
+    written = [o for o in outputs if "/scores/" in o]
+    assert len(written) == expected["score"] and all("/scores/trak/" in o for o in written)
 
 
 def test_second_run_has_nothing_to_do(finished_run):

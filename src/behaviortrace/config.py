@@ -69,6 +69,7 @@ def check_semantics(config: dict) -> None:
         problems.append(f"config key model.tiny.num_heads = {tiny['num_heads']}: must divide "
                         f"model.tiny.hidden_size = {tiny['hidden_size']}")
     problems += _sketch_problems(config)
+    problems += _estimator_problems(config)
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
 
@@ -87,6 +88,30 @@ def _sketch_problems(config: dict) -> list[str]:
         if missing:
             problems.append(f"config key targets.checkpoints = {targets['checkpoints']}: steps {missing} have no "
                             f"saved checkpoint (saved steps: {saved})")
+    return problems
+
+
+def _estimator_problems(config: dict) -> list[str]:
+    """Every estimator exists and gets only keyword arguments its score function takes."""
+    import inspect
+
+    from . import estimators
+
+    problems = []
+    for name, params in config["estimators"].items():
+        try:
+            module = estimators.load(name)
+        except (ValueError, TypeError) as err:
+            problems.append(f"config key estimators.{name}: {err}")
+            continue
+        accepted = set(list(inspect.signature(module.score).parameters)[2:]) | {"step_aggregate"}
+        for key in sorted(set(params) - accepted):
+            problems.append(f"config key estimators.{name}.{key}: not a parameter of {name} "
+                            f"(accepted: {', '.join(sorted(accepted))})")
+        aggregate = params.get("step_aggregate", "sum")
+        if aggregate not in estimators.AGGREGATES:
+            problems.append(f"config key estimators.{name}.step_aggregate = {aggregate!r}: use one of "
+                            f"{', '.join(estimators.AGGREGATES)}")
     return problems
 
 

@@ -2,7 +2,8 @@
 
 Per rollout: the sketch of its full gradient (before clipping), the exact norm, fluency, and the
 sketch of the behavior-token share (the loss terms at the marker's positions only; zero and flagged
-where the completion holds no marker token).
+where the completion holds no marker token). For the token-level null, the same share at as many
+randomly chosen non-marker positions of the same completion (seeded by sketch seed and rollout id).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class StepSketcher:
                                 ref, num_items=num_items, positions=positions, n_rows=n_rows)
         return losses, logits
 
-    def _sketch(self, model, batch, n_rows, num_items, positions=None):
+    def sketch_batch(self, model, batch: dict, n_rows: int, num_items: int, positions=None):
+        """Sketches [rows, k], squared norms [rows] and logits of a slice of a step (normalized as the whole step)."""
         with Capture(model) as cap:
             losses, logits = self._losses(model, batch, n_rows, num_items, positions)
             losses.sum().backward()
@@ -57,6 +59,17 @@ class StepSketcher:
                 mask[i, t] = 1.0
         return mask
 
+    def null_positions(self, rows: pl.DataFrame, positions: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+        """As many random non-marker completion positions as each row has marker positions."""
+        null = torch.zeros_like(positions)
+        for i, rollout_id in enumerate(rows["rollout_id"].to_list()):
+            wanted = int(positions[i].sum())
+            free = torch.nonzero((completion_mask[i] > 0) & (positions[i] == 0)).flatten().tolist()
+            if wanted and free:
+                rng = np.random.default_rng([self.smap.seed, rollout_id])
+                null[i, rng.choice(free, size=min(wanted, len(free)), replace=False)] = 1.0
+        return null
+
     def sketch_step(self, model, rows: pl.DataFrame, num_items: int) -> dict[str, np.ndarray]:
         """Arrays for one step's rollouts, in rollout-id order."""
         rows = rows.sort("rollout_id")
@@ -64,26 +77,29 @@ class StepSketcher:
         full = batch_to(step_batch(rows, self.tokenizer.pad_token_id), device)
         n = rows.height
         positions = self.positions(rows, full["completion_ids"].shape[1]).to(device)
+        null = self.null_positions(rows, positions.cpu(), full["completion_mask"].cpu()).to(device)
         has_marker = positions.sum(1) > 0
-        out = {"sketch": torch.zeros(n, self.smap.k), "behavior_sketch": torch.zeros(n, self.smap.k),
-               "norm": torch.zeros(n, dtype=torch.float64), "behavior_norm": torch.zeros(n, dtype=torch.float64),
-               "fluency": torch.zeros(n)}
+        out = {name: torch.zeros(n, self.smap.k) for name in ("sketch", "behavior_sketch", "null_sketch")}
+        out.update({name: torch.zeros(n, dtype=torch.float64) for name in ("norm", "behavior_norm", "null_norm")})
+        out["fluency"] = torch.zeros(n)
         model.eval()
         for start in range(0, n, self.chunk):
             stop = min(n, start + self.chunk)
             batch = rows_of(full, start, stop)
-            sketch, sq, logits = self._sketch(model, batch, n, num_items)
+            sketch, sq, logits = self.sketch_batch(model, batch, n, num_items)
             out["sketch"][start:stop] = sketch.cpu()
             out["norm"][start:stop] = sq.double().sqrt().cpu()
             out["fluency"][start:stop] = fluency(logits, batch).cpu()
             marked = torch.nonzero(has_marker[start:stop]).flatten()
             if len(marked):
-                sub = {k: v[marked] for k, v in batch.items()}
-                sub_pos = positions[start:stop][marked]
-                b_sketch, b_sq, _ = self._sketch(model, sub, n, num_items, sub_pos)
-                idx = (marked + start).cpu()
-                out["behavior_sketch"][idx] = b_sketch.cpu()
-                out["behavior_norm"][idx] = b_sq.double().sqrt().cpu()
+                # Marker positions and null positions of the marked rows, in one pass over both copies.
+                sub = {k: torch.cat([v[marked], v[marked]]) for k, v in batch.items()}
+                sub_pos = torch.cat([positions[start:stop][marked], null[start:stop][marked]])
+                sketches, sq, _ = self.sketch_batch(model, sub, n, num_items, sub_pos)
+                idx, m = (marked + start).cpu(), len(marked)
+                out["behavior_sketch"][idx], out["null_sketch"][idx] = sketches[:m].cpu(), sketches[m:].cpu()
+                norms = sq.double().sqrt().cpu()
+                out["behavior_norm"][idx], out["null_norm"][idx] = norms[:m], norms[m:]
         arrays = {k: v.numpy() for k, v in out.items()}
         arrays["has_marker"] = has_marker.cpu().numpy()
         return arrays

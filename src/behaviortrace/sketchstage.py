@@ -38,7 +38,8 @@ def fingerprint(rollouts_path: Path, params: dict) -> str:
 def sketch_shard(*, shard: int, rollouts_path: Path, steps_path: Path, checkpoints_path: Path, base_model: Path,
                  out: Path, sketch: dict, grpo: dict, marker: str, model_name: str, device: dict) -> None:
     steps = list(shard_steps(shard, sketch["shard_steps"], grpo["steps"]))
-    rollouts = pl.read_parquet(rollouts_path).filter(pl.col("step").is_in(steps)).sort("rollout_id")
+    # Only this shard's rows are read, so memory does not grow with the length of training.
+    rollouts = pl.scan_parquet(rollouts_path).filter(pl.col("step").is_in(steps)).collect().sort("rollout_id")
     step_info = pl.read_parquet(steps_path).filter(pl.col("step").is_in(steps)).sort("step")
     if step_info["step"].to_list() != steps or rollouts["step"].unique().sort().to_list() != steps:
         raise ValueError(f"{rollouts_path} / {steps_path}: steps {steps[0]}..{steps[-1]} are not all logged")

@@ -21,6 +21,7 @@ ROW_ARRAYS = {  # name -> (dtype, per-row width: "k" or 1)
     "rollout_id": ("int64", 1), "step": ("int64", 1), "checkpoint_step": ("int64", 1),
     "sketch": ("float32", "k"), "norm": ("float64", 1), "fluency": ("float32", 1),
     "behavior_sketch": ("float32", "k"), "behavior_norm": ("float64", 1), "has_marker": ("bool", 1),
+    "null_sketch": ("float32", "k"), "null_norm": ("float64", 1),
 }
 STEP_ARRAYS = {"step": "int64", "lr": "float64", "clip_coef": "float64", "grad_norm": "float64", "done": "bool"}
 

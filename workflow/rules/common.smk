@@ -34,6 +34,7 @@ def all_outputs():
         f"{OUT}/tables/training.md",
         expand(f"{OUT}/seed{{seed}}/sketch/shard{{shard}}.zarr", seed=SEEDS, shard=SHARDS),
         f"{OUT}/tables/headroom.md",
+        expand(f"{OUT}/seed{{seed}}/metrics/draw{{draw}}.parquet", seed=SEEDS, draw=DRAWS),
     ]
 
 
@@ -41,3 +42,5 @@ wildcard_constraints:
     seed=r"\d+",
     shard=r"\d{3}",
     draw=r"\d+",
+    estimator=r"[a-z][a-z0-9_]*",
+    target=r"in_context|forced|none",

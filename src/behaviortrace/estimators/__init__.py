@@ -1,0 +1,67 @@
+"""Attribution estimators and target-free controls, one module per estimator.
+
+An estimator is a module in this package named after it, with
+
+    USES_TARGET: bool                 # False for controls that use no target
+    STEP_AGGREGATE: str               # how rollout scores make a step score: sum, mean or max
+    def score(view, target, **params) -> np.ndarray          # one score per rollout, in view order
+    def step_score(view, target, **params) -> np.ndarray     # optional: a step-level variant, per step
+
+`view` is a read-only SeedView, `target` a Target (None when USES_TARGET is False), `params` the
+estimator's entry in the config. Higher scores mean "more likely taught the behavior". Adding an
+estimator is one new module here and one entry under `estimators:` in the config; each module is an
+input of its own score jobs only, so editing it reruns nothing else.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+AGGREGATES = ("sum", "mean", "max")
+
+
+def available() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if not m.name.startswith("_"))
+
+
+def load(name: str):
+    if name not in available():
+        raise ValueError(f"unknown estimator {name!r}; available: {', '.join(available())} "
+                         f"(add one as src/behaviortrace/estimators/{name}.py)")
+    module = importlib.import_module(f"{__name__}.{name}")
+    for attr in ("USES_TARGET", "STEP_AGGREGATE", "score"):
+        if not hasattr(module, attr):
+            raise TypeError(f"estimator module {module.__name__} lacks {attr}")
+    return module
+
+
+def module_path(name: str) -> Path:
+    return Path(__file__).parent / f"{name}.py"
+
+
+def step_table(view, rollout_scores: np.ndarray, aggregate: str, variant: np.ndarray | None) -> pl.DataFrame:
+    """Step-level scores: the aggregate of the step's rollout scores, and the step-level variant if any."""
+    if aggregate not in AGGREGATES:
+        raise ValueError(f"step_aggregate {aggregate!r} is not one of {AGGREGATES}")
+    df = pl.DataFrame({"step": view.rollouts["step"], "score": rollout_scores})
+    agg = {"sum": pl.col("score").sum(), "mean": pl.col("score").mean(), "max": pl.col("score").max()}[aggregate]
+    out = df.group_by("step").agg(agg.alias("score")).sort("step")
+    steps = out["step"].to_numpy()
+    summed = np.full(len(steps), np.nan) if variant is None else np.asarray(variant, dtype=float)
+    if len(summed) != len(steps):
+        raise ValueError(f"step-level variant gave {len(summed)} scores for {len(steps)} steps")
+    return out.with_columns(score_summed=pl.Series(summed))
+
+
+def step_sums(view, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per step (ascending), the sum of the step's rows of `vectors`, and the row index of each step's first row."""
+    steps = view.rollouts["step"].to_numpy()
+    uniq, first = np.unique(steps, return_index=True)
+    order = np.argsort(steps, kind="stable")
+    starts = np.searchsorted(steps[order], uniq)
+    return np.add.reduceat(vectors[order], starts, axis=0), first

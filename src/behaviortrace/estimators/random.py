@@ -1,0 +1,11 @@
+"""The chance control: uniform random scores, seeded from config and the view's seed."""
+
+import numpy as np
+
+USES_TARGET = False
+STEP_AGGREGATE = "mean"
+
+
+def score(view, target, seed: int = 0):
+    rng = np.random.default_rng([seed, int(view.rollouts["rollout_id"][0]), view.rollouts.height])
+    return rng.random(view.rollouts.height)

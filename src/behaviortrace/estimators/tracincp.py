@@ -1,0 +1,34 @@
+"""TracInCP: learning rate x <S g_z, S g_target> at the checkpoint that generated the rollout.
+
+Sketches hold loss gradients and the update moved against them, so the score is minus the inner
+product: positive when the rollout's update raised the target's log-prob.
+"""
+
+import numpy as np
+
+from . import step_sums
+
+USES_TARGET = True
+STEP_AGGREGATE = "sum"
+
+
+def score(view, target, use_clip: bool = False):
+    idx, has = target.for_rows(view)
+    inner = np.einsum("nk,nk->n", view.sketches, target.vectors[idx], dtype=np.float64)
+    return np.where(has, -_rate(view, use_clip) * inner, 0.0)
+
+
+def step_score(view, target, use_clip: bool = False):
+    """The step's summed gradient sketch against the target (the paper's step-level TracInCP)."""
+    sums, first = step_sums(view, view.sketches.astype(np.float64))
+    idx, has = target.for_rows(view)
+    inner = np.einsum("sk,sk->s", sums, target.vectors[idx[first]])
+    return np.where(has[first], -_rate(view, use_clip)[first] * inner, 0.0)
+
+
+def _rate(view, use_clip: bool) -> np.ndarray:
+    lr = view.rollouts["lr"].to_numpy()
+    if not use_clip:
+        return lr
+    clip = dict(zip(view.steps["step"].to_list(), view.steps["clip_coef"].to_list()))
+    return lr * np.array([clip[s] for s in view.rollouts["step"].to_list()])

@@ -1,0 +1,135 @@
+"""Estimators against their direct formulas on exact gradients of the tiny model (no sketch), and the
+evaluation's independence from the order of computation."""
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from behaviortrace import estimators, models
+from behaviortrace.estimators import trak
+from behaviortrace.evaluation import evaluate
+from behaviortrace.markers import marker_token_ids
+from behaviortrace.scoring import run_estimator
+from behaviortrace.seedview import SeedView, Target
+from behaviortrace.targets import _logprob_gradient, forced_items
+
+
+@pytest.fixture(scope="module")
+def exact_problem(rollout_gradients, small_run, cpu):
+    """12 rollouts' exact gradients as 'sketches' (the identity map) and an exact forced target."""
+    layout, grads = rollout_gradients
+    names = list(layout)
+    phi = torch.cat([grads[n].flatten(1) for n in names], dim=1).double().numpy()
+    model, tokenizer = models.load(small_run["dir"] / "train" / "checkpoint-0", cpu)
+    probes = pl.read_parquet(small_run["dir"] / "probes.parquet")["prompt"].to_list()
+    prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in probes]
+    marker_ids = marker_token_ids(tokenizer, small_run["cfg"]["planting"]["marker"])
+    tgrad = _logprob_gradient(model, tokenizer, forced_items(prompt_ids, marker_ids), 1.0, 4)
+    t = torch.cat([tgrad[n].flatten() for n in names]).double().numpy()
+    n = phi.shape[0]
+    rollouts = pl.DataFrame({"rollout_id": np.arange(n), "step": np.repeat([0, 1, 2], 4),
+                             "group_id": np.repeat([0, 1, 2], 4), "lr": np.repeat([1e-3, 1.5e-3, 2e-3], 4),
+                             "checkpoint_step": np.zeros(n, dtype=np.int64)})
+    steps = pl.DataFrame({"step": [0, 1, 2], "lr": [1e-3] * 3, "clip_coef": [1.0, 0.5, 1.0], "grad_norm": [1.0] * 3})
+    view = SeedView.from_arrays(rollouts, {"sketch": phi, "norm": np.linalg.norm(phi, axis=1),
+                                           "fluency": np.zeros(n)}, steps)
+    target = Target("forced", 0, np.array([0]), t[None], np.array([np.linalg.norm(t)]), np.array([len(probes)]))
+    return view, target, grads, tgrad, names
+
+
+def test_tracincp_and_gas_match_their_formulas_block_by_block(exact_problem):
+    view, target, grads, tgrad, names = exact_problem
+    lr = view.rollouts["lr"].to_numpy()
+    inner = np.array([sum(float((grads[n][i].double() * tgrad[n].double()).sum()) for n in names)
+                      for i in range(len(lr))])
+    g_norm = np.array([sum(float(grads[n][i].double().pow(2).sum()) for n in names) for i in range(len(lr))]) ** 0.5
+    t_norm = sum(float(tgrad[n].double().pow(2).sum()) for n in names) ** 0.5
+    assert np.allclose(estimators.load("tracincp").score(view, target), -lr * inner, rtol=1e-9, atol=0)
+    assert np.allclose(estimators.load("gas").score(view, target), -lr * inner / (g_norm * t_norm), rtol=1e-9)
+    assert np.allclose(estimators.load("norm").score(view, None), g_norm, rtol=1e-9)
+    clip = np.repeat([1.0, 0.5, 1.0], 4)
+    assert np.allclose(estimators.load("tracincp").score(view, target, use_clip=True), -lr * clip * inner, rtol=1e-9)
+
+
+def test_trak_matches_the_formula_through_an_svd(exact_problem):
+    view, target, *_ = exact_problem
+    phi, t = view.sketches, target.vectors[0]
+    lam = 0.1 * (phi**2).sum() / phi.shape[1]
+    # (Phi^T Phi + lam I)^-1 = V diag(1 / (s^2 + lam)) V^T + (I - V V^T) / lam
+    _, s, vt = np.linalg.svd(phi, full_matrices=False)
+    tv = vt @ t
+    solved_t = vt.T @ (tv / (s**2 + lam)) + (t - vt.T @ tv) / lam
+    assert np.allclose(trak.score(view, target), -(phi @ solved_t), rtol=1e-6)
+
+
+@pytest.mark.parametrize("n, k", [(30, 12), (12, 30)])
+def test_trak_primal_and_dual_agree_with_an_explicit_inverse(n, k):
+    rng = np.random.default_rng(n)
+    phi, targets, idx = rng.normal(size=(n, k)), rng.normal(size=(3, k)), rng.integers(0, 3, n)
+    lam = trak.ridge(phi, 0.1)
+    explicit = np.einsum("nk,nk->n", targets[idx] @ np.linalg.inv(phi.T @ phi + lam * np.eye(k)), phi)
+    for form in ("primal", "dual", "auto"):
+        assert np.allclose(trak.raw_scores(phi, targets, idx, lam, form), explicit, rtol=1e-8), form
+
+
+def test_step_level_scores(exact_problem):
+    view, target, *_ = exact_problem
+    rollouts, steps = run_estimator("tracincp", {}, view, target)
+    per_step = rollouts.group_by("step").agg(pl.col("score").sum()).sort("step")["score"].to_numpy()
+    assert np.allclose(steps["score"].to_numpy(), per_step)
+    assert np.allclose(steps["score_summed"].to_numpy(), per_step)  # linear: the summed gradient gives the same
+    _, norm_steps = run_estimator("norm", {"step_aggregate": "max"}, view, None)
+    summed = np.stack([view.sketches[view.rollouts["step"].to_numpy() == s].sum(0) for s in range(3)])
+    assert np.allclose(norm_steps["score_summed"].to_numpy(), np.linalg.norm(summed, axis=1))
+    assert np.allclose(norm_steps["score"].to_numpy(), [view.norms[4 * s:4 * s + 4].max() for s in range(3)])
+    with pytest.raises(ValueError, match="unknown estimator 'nope'"):
+        run_estimator("nope", {}, view, target)
+
+
+def synthetic(n_groups=300, size=8, seed=0):
+    rng = np.random.default_rng(seed)
+    n = n_groups * size
+    step = np.repeat(np.arange(n_groups) // 4, size)
+    boosted = rng.random(n) < 0.2
+    rollouts = pl.DataFrame({"rollout_id": np.arange(n), "step": step, "group_id": np.repeat(np.arange(n_groups) % 4, size),
+                             "boosted": boosted, "advantage": rng.normal(size=n)})
+    fluency = rng.normal(size=n) + 0.5 * boosted
+    return rollouts, fluency, rng
+
+
+def score_frames(rollouts, scores):
+    roll = pl.DataFrame({"rollout_id": rollouts["rollout_id"], "step": rollouts["step"], "score": scores})
+    steps = roll.group_by("step").agg(pl.col("score").sum()).sort("step").with_columns(score_summed=pl.lit(float("nan")))
+    return roll, steps
+
+
+def test_evaluation_does_not_depend_on_the_order_of_computation_and_random_sits_at_chance():
+    rollouts, fluency, rng = synthetic()
+    sets = {("random", "none"): score_frames(rollouts, rng.random(rollouts.height)),
+            ("fluency", "none"): score_frames(rollouts, fluency),
+            ("oracle", "none"): score_frames(rollouts, rollouts["boosted"].to_numpy().astype(float))}
+    args = dict(run="t", seed=0, draw=0, rollouts=rollouts, fluency=fluency, probe_rate=np.zeros(rollouts.height),
+                window=[0, 40], saturation=0.9, n_boot=100, eval_seed=0, fluency_match=0.1)
+    one = evaluate(scores=sets, **args)
+    two = evaluate(scores=dict(reversed(list(sets.items()))), **args)
+    key = ["estimator", "target", "level", "stratum", "metric"]
+    assert one.sort(key).equals(two.sort(key))
+    only = evaluate(scores={("fluency", "none"): sets[("fluency", "none")]}, **args)
+    assert only.sort(key).equals(one.filter(pl.col("estimator").is_in(["fluency", "ground_truth"])).sort(key))
+
+    def cell(est, level, metric):
+        return one.filter((pl.col("estimator") == est) & (pl.col("level") == level) & (pl.col("stratum") == "all")
+                          & (pl.col("metric") == metric)).row(0, named=True)
+
+    auc = cell("random", "rollout", "within_group_auc")
+    assert auc["ci_low"] <= 0.5 <= auc["ci_high"]
+    lift = cell("random", "rollout", "lift")
+    assert lift["ci_low"] <= 1.0 <= lift["ci_high"]
+    assert cell("oracle", "rollout", "precision_at_gt")["value"] == 1.0
+    assert cell("fluency", "rollout", "within_group_auc")["ci_low"] > 0.55
+    # Fluency residualized on itself carries nothing.
+    assert abs(cell("fluency", "rollout", "within_group_auc_fluency_resid")["value"] - 0.5) < 0.02
+    assert set(one["stratum"]) >= {"all", "window", "after_window", "below_saturation"}
+    assert set(one.columns) == {"run", "seed", "draw", "estimator", "target", "level", "stratum", "metric", "value",
+                                "ci_low", "ci_high", "n"}
