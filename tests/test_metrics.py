@@ -93,7 +93,7 @@ def test_within_group_and_matched_pair_auc_match_double_loops(seed):
     rg = np.concatenate([np.full((groups == g).sum(), k) for k, (g, _) in enumerate(copies)])
     brute = brute_auc(rs, rl, lambda i, j: rg[i] == rg[j])
     assert M.within_group_auc(conc, total, gw[None])[0] == pytest.approx(brute)
-    conc, total, ids = M.matched_pair_counts(scores, labels, groups, fluency, 0.1)
+    conc, total, ids = M.pair_counts(scores, labels, groups, fluency, 0.1)
     assert M.within_group_auc(conc, total, np.ones((1, len(ids))))[0] == pytest.approx(
         brute_auc(scores, labels, lambda i, j: groups[i] == groups[j] and abs(fluency[i] - fluency[j]) <= 0.1))
 

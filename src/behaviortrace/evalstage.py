@@ -51,9 +51,8 @@ def token_inputs(view: SeedView, target_store: Path, draw: int) -> dict:
     for kind in TARGET_KINDS:
         target = Target.load(target_store, kind, draw)
         idx, has = target.for_rows(view)
-        vectors = target.vectors[idx]
-        behavior = np.where(has & has_marker, cosines(view.array("behavior_sketch"), vectors), np.nan)
-        null = np.where(has & (null_norm > 0), cosines(view.array("null_sketch"), vectors), np.nan)
+        behavior = np.where(has & has_marker, cosines(view.array("behavior_sketch"), target.vectors, idx), np.nan)
+        null = np.where(has & (null_norm > 0), cosines(view.array("null_sketch"), target.vectors, idx), np.nan)
         out[kind] = (behavior, null)
     return out
 

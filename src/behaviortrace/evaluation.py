@@ -107,7 +107,7 @@ def rollout_metrics(cell: Cell, scores: np.ndarray, fluency_match: float) -> dic
     resid = M.residualize_on_fluency(scores, cell.fluency, cell.groups)
     conc, total, _ = M.pair_counts(resid, cell.labels, cell.groups)
     out["within_group_auc_fluency_resid"] = (M.within_group_auc(conc, total, cell.group_w), int(total.sum()))
-    conc, total, _ = M.matched_pair_counts(scores, cell.labels, cell.groups, cell.fluency, fluency_match)
+    conc, total, _ = M.pair_counts(scores, cell.labels, cell.groups, cell.fluency, fluency_match)
     out["matched_pair_auc"] = (M.within_group_auc(conc, total, cell.group_w), int(total.sum()))
     return out
 
@@ -159,11 +159,13 @@ def _aligned(scored: pl.DataFrame, rollouts: pl.DataFrame) -> np.ndarray:
     return scored["score"].to_numpy()
 
 
-def cosines(vectors: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """Cosine of minus each (loss-gradient) vector with its target row; NaN where either is zero."""
-    nv, nt = np.linalg.norm(vectors, axis=1), np.linalg.norm(targets, axis=1)
+def cosines(vectors: np.ndarray, targets: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Cosine of minus each (loss-gradient) row with target row idx[i]; NaN where either is zero."""
+    nv = np.linalg.norm(vectors, axis=1).astype(np.float64)
+    nt = np.linalg.norm(targets, axis=1).astype(np.float64)[idx]
+    inner = (vectors @ targets.T.astype(vectors.dtype))[np.arange(len(idx)), idx].astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return -np.einsum("nk,nk->n", vectors, targets, dtype=np.float64) / (nv * nt)
+        return -inner / (nv * nt)
 
 
 def token_metrics(cell: Cell, base: dict, token: dict) -> list[dict]:

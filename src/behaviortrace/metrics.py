@@ -39,8 +39,7 @@ def precision_at_gt(scores, labels, weights) -> np.ndarray:
     pos = _per_level(weights * labels, order, starts)
     cnt = _per_level(weights, order, starts)
     m = pos.sum(1, keepdims=True)
-    cum_cnt, cum_pos = np.cumsum(cnt, axis=1), np.cumsum(pos, axis=1)
-    before_cnt, before_pos = cum_cnt - cnt, cum_pos - pos
+    before_cnt = np.cumsum(cnt, axis=1) - cnt
     # Rows of each block that fall inside the top m, and the share of the block's GT they carry.
     taken = np.clip(m - before_cnt, 0, cnt)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -94,18 +93,28 @@ def _fill(pos: np.ndarray, cnt: np.ndarray) -> float:
     return float((share * taken).sum() / m)
 
 
-def pair_counts(scores, labels, groups) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per group: concordant GT-vs-other pairs (ties count one half), all such pairs; and group ids."""
+def _group_rows(groups: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Sorted group ids and the row indices of each group."""
     ids, inverse = np.unique(groups, return_inverse=True)
-    conc, total = np.zeros(len(ids)), np.zeros(len(ids))
     order = np.argsort(inverse, kind="stable")
     bounds = np.flatnonzero(np.r_[True, np.diff(inverse[order]) != 0, True])
-    for g, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
-        rows = order[a:b]
-        s, y = scores[rows], labels[rows].astype(bool)
-        sp, sn = s[y][:, None], s[~y][None, :]
-        conc[g] = (sp > sn).sum() + 0.5 * (sp == sn).sum()
-        total[g] = sp.shape[0] * sn.shape[1]
+    return ids, [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def pair_counts(scores, labels, groups, fluency=None, max_gap: float = np.inf):
+    """Per group: concordant GT-vs-other pairs (ties count one half) and all such pairs, and group ids.
+    With `fluency`, only pairs whose fluency differs by at most `max_gap` (matched pairs)."""
+    ids, members = _group_rows(groups)
+    conc, total = np.zeros(len(ids)), np.zeros(len(ids))
+    for g, rows in enumerate(members):
+        y = labels[rows].astype(bool)
+        sp, sn = scores[rows][y][:, None], scores[rows][~y][None, :]
+        close = np.ones((sp.shape[0], sn.shape[1]), bool)
+        if fluency is not None:
+            f = fluency[rows]
+            close = np.abs(f[y][:, None] - f[~y][None, :]) <= max_gap
+        conc[g] = ((sp > sn) & close).sum() + 0.5 * ((sp == sn) & close).sum()
+        total[g] = close.sum()
     return conc, total, ids
 
 
@@ -113,22 +122,6 @@ def within_group_auc(conc: np.ndarray, total: np.ndarray, group_weights: np.ndar
     """AUC over pairs inside the same group, from per-group counts and per-group weights [B, groups]."""
     with np.errstate(invalid="ignore", divide="ignore"):
         return (group_weights * conc).sum(1) / (group_weights * total).sum(1)
-
-
-def matched_pair_counts(scores, labels, groups, fluency, max_gap: float):
-    """Like pair_counts, but only pairs whose fluency differs by at most `max_gap` nats."""
-    ids, inverse = np.unique(groups, return_inverse=True)
-    conc, total = np.zeros(len(ids)), np.zeros(len(ids))
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.flatnonzero(np.r_[True, np.diff(inverse[order]) != 0, True])
-    for g, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
-        rows = order[a:b]
-        s, y, f = scores[rows], labels[rows].astype(bool), fluency[rows]
-        close = np.abs(f[y][:, None] - f[~y][None, :]) <= max_gap
-        sp, sn = s[y][:, None], s[~y][None, :]
-        conc[g] = ((sp > sn) & close).sum() + 0.5 * ((sp == sn) & close).sum()
-        total[g] = close.sum()
-    return conc, total, ids
 
 
 def residualize_on_fluency(scores, fluency, groups) -> np.ndarray:

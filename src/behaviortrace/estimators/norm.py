@@ -17,5 +17,5 @@ def score(view, target):
 
 
 def step_score(view, target):
-    sums, _ = step_sums(view, view.sketches.astype(np.float64))
+    sums, _ = step_sums(view, view.sketches)
     return np.linalg.norm(sums, axis=1)

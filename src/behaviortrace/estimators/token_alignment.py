@@ -6,15 +6,13 @@ without a marker token score 0.
 
 import numpy as np
 
+from . import target_cosine
+
 USES_TARGET = True
 STEP_AGGREGATE = "mean"
 
 
 def score(view, target):
-    b = view.array("behavior_sketch")
     idx, has = target.for_rows(view)
-    t = target.vectors[idx]
-    nb, nt = np.linalg.norm(b, axis=1), np.linalg.norm(t, axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cos = -np.einsum("nk,nk->n", b, t, dtype=np.float64) / (nb * nt)
-    return np.where(has & view.array("has_marker"), np.nan_to_num(cos, nan=0.0), 0.0)
+    cos = -target_cosine(view.array("behavior_sketch"), target, idx)
+    return np.where(has & view.array("has_marker"), cos, 0.0)

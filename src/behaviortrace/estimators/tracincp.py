@@ -6,7 +6,7 @@ product: positive when the rollout's update raised the target's log-prob.
 
 import numpy as np
 
-from . import step_sums
+from . import step_sums, target_inner
 
 USES_TARGET = True
 STEP_AGGREGATE = "sum"
@@ -14,13 +14,13 @@ STEP_AGGREGATE = "sum"
 
 def score(view, target, use_clip: bool = False):
     idx, has = target.for_rows(view)
-    inner = np.einsum("nk,nk->n", view.sketches, target.vectors[idx], dtype=np.float64)
+    inner = target_inner(view.sketches, target, idx)
     return np.where(has, -_rate(view, use_clip) * inner, 0.0)
 
 
 def step_score(view, target, use_clip: bool = False):
     """The step's summed gradient sketch against the target (the paper's step-level TracInCP)."""
-    sums, first = step_sums(view, view.sketches.astype(np.float64))
+    sums, first = step_sums(view, view.sketches)
     idx, has = target.for_rows(view)
     inner = np.einsum("sk,sk->s", sums, target.vectors[idx[first]])
     return np.where(has[first], -_rate(view, use_clip)[first] * inner, 0.0)

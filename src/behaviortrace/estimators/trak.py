@@ -14,31 +14,36 @@ STEP_AGGREGATE = "sum"
 
 
 def ridge(phi: np.ndarray, lambda_scale: float) -> float:
-    return lambda_scale * float(np.einsum("nk,nk->", phi, phi)) / phi.shape[1]
+    return lambda_scale * float(np.linalg.norm(phi).astype(np.float64) ** 2) / phi.shape[1]
 
 
 def raw_scores(phi: np.ndarray, targets: np.ndarray, idx: np.ndarray, lam: float, form: str) -> np.ndarray:
-    """[n] values targets[idx[i]]^T (Phi^T Phi + lam I)^-1 phi_i, for a few target vectors targets [C, k]."""
+    """[n] values targets[idx[i]]^T (Phi^T Phi + lam I)^-1 phi_i, for a few target vectors targets [C, k].
+
+    Products with Phi run in its own precision (float32 sketches: fast), the solves in float64.
+    """
     n, k = phi.shape
+    rows = np.arange(n)
+    targets64 = targets.astype(np.float64)
     if form == "auto":
         form = "primal" if k <= n else "dual"
     if form == "primal":
-        weights = np.linalg.solve(phi.T @ phi + lam * np.eye(k), targets.T)  # [k, C], the Gram is symmetric
-        return np.einsum("nk,nk->n", phi, weights.T[idx])
+        gram = (phi.T @ phi).astype(np.float64) + lam * np.eye(k)
+        weights = np.linalg.solve(gram, targets64.T)  # [k, C]; the Gram is symmetric
+        return (phi @ weights.astype(phi.dtype))[rows, idx].astype(np.float64)
     if form == "dual":
         # (Phi^T Phi + lam I)^-1 = (I - Phi^T (K + lam I)^-1 Phi) / lam, with K = Phi Phi^T
-        kernel = phi @ phi.T
-        solved = np.linalg.solve(kernel + lam * np.eye(n), phi @ targets.T)  # [n, C]
-        rows = np.arange(n)
-        direct = np.einsum("nk,nk->n", phi, targets[idx])
-        return (direct - (kernel @ solved)[rows, idx]) / lam
+        kernel = (phi @ phi.T).astype(np.float64)
+        cross = (phi @ targets.T.astype(phi.dtype)).astype(np.float64)  # [n, C]
+        solved = np.linalg.solve(kernel + lam * np.eye(n), cross)
+        return (cross[rows, idx] - (kernel @ solved)[rows, idx]) / lam
     raise ValueError(f"trak form {form!r} is not one of auto, primal, dual")
 
 
 def score(view, target, lambda_scale: float = 0.1, form: str = "auto"):
-    phi = view.sketches.astype(np.float64)
+    phi = view.sketches
     idx, has = target.for_rows(view)
-    values = raw_scores(phi, target.vectors.astype(np.float64), idx, ridge(phi, lambda_scale), form)
+    values = raw_scores(phi, target.vectors, idx, ridge(phi, lambda_scale), form)
     return np.where(has, -values, 0.0)
 
 
