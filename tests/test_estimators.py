@@ -8,6 +8,7 @@ import torch
 
 from behaviortrace import estimators, models
 from behaviortrace.estimators import trak
+from behaviortrace.evalstage import token_cosines
 from behaviortrace.evaluation import evaluate
 from behaviortrace.markers import marker_token_ids
 from behaviortrace.scoring import run_estimator
@@ -133,3 +134,26 @@ def test_evaluation_does_not_depend_on_the_order_of_computation_and_random_sits_
     assert set(one["stratum"]) >= {"all", "window", "after_window", "below_saturation"}
     assert set(one.columns) == {"run", "seed", "draw", "estimator", "target", "level", "stratum", "metric", "value",
                                 "ci_low", "ci_high", "n"}
+
+
+def test_token_cosines_follow_the_direction_the_marker_was_pushed():
+    """Loss-gradient sketches b = -advantage x t: the marker pushed along t when the advantage is positive,
+    against it when negative; both read as +1 after the sign correction. Null positions are random."""
+    rng = np.random.default_rng(0)
+    n, k = 40, 64
+    t = rng.normal(size=k)
+    advantage = np.where(np.arange(n) % 2 == 0, 1.5, -0.5)
+    advantage[:4] = 0.0  # no direction: left out
+    has_marker = np.arange(n) < 30
+    behavior = np.where(has_marker[:, None], -advantage[:, None] * t[None], 0.0)
+    null = np.where(has_marker[:, None], rng.normal(size=(n, k)), 0.0)
+    rollouts = pl.DataFrame({"rollout_id": np.arange(n), "step": np.zeros(n, dtype=np.int64), "advantage": advantage,
+                             "checkpoint_step": np.zeros(n, dtype=np.int64)})
+    view = SeedView.from_arrays(rollouts, {"behavior_sketch": behavior, "null_sketch": null, "has_marker": has_marker,
+                                           "null_norm": np.linalg.norm(null, axis=1)}, pl.DataFrame())
+    target = Target("in_context", 0, np.array([0]), t[None], np.array([np.linalg.norm(t)]), np.array([5]))
+    behavior_cos, null_cos = token_cosines(view, {"in_context": target})["in_context"]
+    usable = has_marker & (advantage != 0)
+    assert np.allclose(behavior_cos[usable], 1.0)
+    assert np.isnan(behavior_cos[~usable]).all() and np.isnan(null_cos[~usable]).all()
+    assert abs(np.nanmean(null_cos)) < 0.2

@@ -45,14 +45,27 @@ def probe_rate_per_row(view: SeedView, rates: pl.DataFrame) -> np.ndarray:
 
 
 def token_inputs(view: SeedView, target_store: Path, draw: int) -> dict:
-    """Per target kind: cosines of behavior-token and of null-position sketches with the target."""
+    return token_cosines(view, {kind: Target.load(target_store, kind, draw) for kind in TARGET_KINDS})
+
+
+def token_cosines(view: SeedView, targets: dict[str, Target]) -> dict:
+    """Per target kind: cosines of behavior-token and of null-position sketches with the target.
+
+    The sketches are loss gradients, -advantage x the log-prob gradient (plus the KL term), so each
+    cosine is multiplied by the sign of the advantage: it then compares the direction in which the
+    rollout's marker tokens (or null positions) were made more likely with the target. Rollouts with
+    zero advantage carry no such direction and are left out.
+    """
     has_marker, null_norm = view.array("has_marker"), view.array("null_norm")
+    sign = np.sign(view.rollouts["advantage"].to_numpy())
     out = {}
-    for kind in TARGET_KINDS:
-        target = Target.load(target_store, kind, draw)
+    for kind, target in targets.items():
         idx, has = target.for_rows(view)
-        behavior = np.where(has & has_marker, cosines(view.array("behavior_sketch"), target.vectors, idx), np.nan)
-        null = np.where(has & (null_norm > 0), cosines(view.array("null_sketch"), target.vectors, idx), np.nan)
+        usable = has & (sign != 0)
+        behavior = np.where(usable & has_marker, sign * cosines(view.array("behavior_sketch"), target.vectors, idx),
+                            np.nan)
+        null = np.where(usable & (null_norm > 0), sign * cosines(view.array("null_sketch"), target.vectors, idx),
+                        np.nan)
         out[kind] = (behavior, null)
     return out
 
