@@ -132,6 +132,10 @@ def test_evaluation_does_not_depend_on_the_order_of_computation_and_random_sits_
     # Fluency residualized on itself carries nothing.
     assert abs(cell("fluency", "rollout", "within_group_auc_fluency_resid")["value"] - 0.5) < 0.02
     assert set(one["stratum"]) >= {"all", "window", "after_window", "below_saturation"}
+    pairs = cell("fluency", "rollout", "matched_pair_auc")["n"]
+    assert cell("fluency", "rollout", "matched_pair_underpowered")["value"] == float(pairs < 100)
+    few = evaluate(scores=sets, **{**args, "min_matched_pairs": pairs + 1})
+    assert few.filter(pl.col("metric") == "matched_pair_underpowered")["value"].min() == 1.0
     assert set(one.columns) == {"run", "seed", "draw", "estimator", "target", "level", "stratum", "metric", "value",
                                 "ci_low", "ci_high", "n"}
 

@@ -80,6 +80,7 @@ def evaluate_job(*, run: str, seed: int, draw: int, shards: list[Path], rollouts
     table = evaluate(run=run, seed=seed, draw=draw, rollouts=view.rollouts, fluency=view.fluency,
                      probe_rate=probe_rate_per_row(view, pl.read_parquet(rates)), scores=scores, window=window,
                      saturation=saturation, n_boot=evaluation["bootstrap"], eval_seed=evaluation["seed"],
-                     fluency_match=evaluation["fluency_match"], token=token_inputs(view, target_store, draw))
+                     fluency_match=evaluation["fluency_match"], min_matched_pairs=evaluation["min_matched_pairs"],
+                     token=token_inputs(view, target_store, draw))
     atomic_write_parquet(table, out)
     log.info("%d metric rows written to %s", table.height, out)

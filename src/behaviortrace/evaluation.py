@@ -97,7 +97,7 @@ def precision_metrics(cell: Cell, scores: np.ndarray, ceiling: np.ndarray) -> di
                 "ceiling": (ceiling, cell.n), "ceiling_lift": (ceiling / chance, cell.n)}
 
 
-def rollout_metrics(cell: Cell, scores: np.ndarray, fluency_match: float) -> dict:
+def rollout_metrics(cell: Cell, scores: np.ndarray, fluency_match: float, min_matched_pairs: int) -> dict:
     w = cell.row_w
     out = {"auroc": (M.auroc(scores, cell.labels, w), cell.n),
            "average_precision": (M.average_precision(scores, cell.labels, w), cell.n)}
@@ -108,13 +108,17 @@ def rollout_metrics(cell: Cell, scores: np.ndarray, fluency_match: float) -> dic
     conc, total, _ = M.pair_counts(resid, cell.labels, cell.groups)
     out["within_group_auc_fluency_resid"] = (M.within_group_auc(conc, total, cell.group_w), int(total.sum()))
     conc, total, _ = M.pair_counts(scores, cell.labels, cell.groups, cell.fluency, fluency_match)
-    out["matched_pair_auc"] = (M.within_group_auc(conc, total, cell.group_w), int(total.sum()))
+    pairs = int(total.sum())
+    out["matched_pair_auc"] = (M.within_group_auc(conc, total, cell.group_w), pairs)
+    # 1 when there are too few matched pairs for the matched-pair AUC to mean much.
+    out["matched_pair_underpowered"] = (np.full(len(cell.group_w), float(pairs < min_matched_pairs)), pairs)
     return out
 
 
 def evaluate(*, run: str, seed: int, draw: int, rollouts: pl.DataFrame, fluency: np.ndarray, probe_rate: np.ndarray,
              scores: dict[tuple[str, str], tuple[pl.DataFrame, pl.DataFrame]], window: list[int], saturation: float,
-             n_boot: int, eval_seed: int, fluency_match: float, token: dict | None = None) -> pl.DataFrame:
+             n_boot: int, eval_seed: int, fluency_match: float, min_matched_pairs: int = 100,
+             token: dict | None = None) -> pl.DataFrame:
     """Tidy metrics for every (estimator, target) in `scores`, every level and stratum.
 
     `rollouts` and `fluency` are in sketch-row order; each scores entry is (rollout scores, step scores).
@@ -133,7 +137,8 @@ def evaluate(*, run: str, seed: int, draw: int, rollouts: pl.DataFrame, fluency:
         for (estimator, target), (roll, step) in scores.items():
             key = {**base, "estimator": estimator, "target": target}
             roll_scores = _aligned(roll, rollouts)[mask]
-            rows += _rows({**key, "level": "rollout"}, rollout_metrics(cell, roll_scores, fluency_match))
+            rows += _rows({**key, "level": "rollout"},
+                          rollout_metrics(cell, roll_scores, fluency_match, min_matched_pairs))
             step_of = dict(zip(step["step"].to_list(), step["score"].to_list()))
             step_scores = np.array([step_of[s] for s in cell.steps])
             rows += _rows({**key, "level": "step"}, precision_metrics(cell, step_scores, cell.step_ceiling))

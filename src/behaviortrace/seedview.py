@@ -16,7 +16,7 @@ import zarr
 
 from .sketchstore import open_store, read_steps
 
-ROLLOUT_COLUMNS = ["rollout_id", "step", "group_id", "gen_index", "boosted", "advantage", "behavior", "trigger",
+ROLLOUT_COLUMNS = ["seed", "rollout_id", "step", "group_id", "gen_index", "boosted", "advantage", "behavior", "trigger",
                    "eligible", "lr", "checkpoint_step"]
 
 

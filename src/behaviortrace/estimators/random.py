@@ -1,4 +1,5 @@
-"""The chance control: uniform random scores, seeded from config and the view's seed."""
+"""The chance control: uniform random scores, seeded from config and the training seed of the view
+(so that each seed gets its own draw)."""
 
 import numpy as np
 
@@ -7,5 +8,5 @@ STEP_AGGREGATE = "mean"
 
 
 def score(view, target, seed: int = 0):
-    rng = np.random.default_rng([seed, int(view.rollouts["rollout_id"][0]), view.rollouts.height])
+    rng = np.random.default_rng([seed, int(view.rollouts["seed"][0]), view.rollouts.height])
     return rng.random(view.rollouts.height)
