@@ -127,6 +127,10 @@ def test_evaluation_does_not_depend_on_the_order_of_computation_and_random_sits_
     assert auc["ci_low"] <= 0.5 <= auc["ci_high"]
     lift = cell("random", "rollout", "lift")
     assert lift["ci_low"] <= 1.0 <= lift["ci_high"]
+    band = cell("random", "step", "lift_chance_band")
+    assert abs(band["value"] - 1.0) < 0.1 and band["ci_low"] < 1.0 < band["ci_high"]
+    assert band["ci_low"] <= cell("random", "step", "lift")["value"] <= band["ci_high"]
+    assert cell("oracle", "step", "lift")["value"] > band["ci_high"]
     assert cell("oracle", "rollout", "precision_at_gt")["value"] == 1.0
     assert cell("fluency", "rollout", "within_group_auc")["ci_low"] > 0.55
     # Fluency residualized on itself carries nothing.

@@ -44,7 +44,7 @@ class Cell:
     """One stratum of one seed and draw: its rows, labels, groups and bootstrap weights."""
 
     def __init__(self, rollouts: pl.DataFrame, fluency: np.ndarray, mask: np.ndarray, n_boot: int, seed: int):
-        self.mask = mask
+        self.mask, self.seed = mask, seed
         sub = rollouts.filter(pl.Series(mask))
         self.labels = sub["boosted"].to_numpy().astype(np.float64)
         self.steps = sub["step"].to_numpy()
@@ -61,6 +61,20 @@ class Cell:
     def step_ceiling(self) -> np.ndarray:
         """Best precision at |GT| when a step's rollouts share one score (depends on no estimator)."""
         return M.ceiling(self.steps, self.labels, self.row_w)
+
+    @cached_property
+    def step_chance_band(self) -> np.ndarray:
+        """Step-level lift of random step orderings (the permutation null), [1 + n_boot]: what a target-free
+        random ranking of steps reaches. It depends on no estimator, so it is computed once per cell."""
+        steps, block = np.unique(self.steps, return_inverse=True)
+        pos = np.bincount(block, weights=self.labels, minlength=len(steps))
+        cnt = np.bincount(block, minlength=len(steps)).astype(float)
+        rng = np.random.default_rng(self.seed)
+        lifts = [M.fill_blocks(pos[order], cnt[order]) for order in
+                 [np.arange(len(steps))] + [rng.permutation(len(steps)) for _ in range(len(self.row_w) - 1)]]
+        lifts = np.array(lifts) / (pos.sum() / cnt.sum())
+        lifts[0] = lifts[1:].mean()  # the point value: the null's mean (1 in expectation)
+        return lifts
 
     @cached_property
     def rollout_ceiling(self) -> np.ndarray:
@@ -141,12 +155,15 @@ def evaluate(*, run: str, seed: int, draw: int, rollouts: pl.DataFrame, fluency:
                           rollout_metrics(cell, roll_scores, fluency_match, min_matched_pairs))
             step_of = dict(zip(step["step"].to_list(), step["score"].to_list()))
             step_scores = np.array([step_of[s] for s in cell.steps])
-            rows += _rows({**key, "level": "step"}, precision_metrics(cell, step_scores, cell.step_ceiling))
+            step_metrics = precision_metrics(cell, step_scores, cell.step_ceiling)
+            step_metrics["lift_chance_band"] = (cell.step_chance_band, cell.n)
+            rows += _rows({**key, "level": "step"}, step_metrics)
             summed = dict(zip(step["step"].to_list(), step["score_summed"].to_list()))
             if not np.isnan(list(summed.values())).all():
                 summed_scores = np.array([summed[s] for s in cell.steps])
-                rows += _rows({**key, "level": "step_summed"},
-                              precision_metrics(cell, summed_scores, cell.step_ceiling))
+                summed_metrics = precision_metrics(cell, summed_scores, cell.step_ceiling)
+                summed_metrics["lift_chance_band"] = (cell.step_chance_band, cell.n)
+                rows += _rows({**key, "level": "step_summed"}, summed_metrics)
         if token is not None:
             rows += token_metrics(cell, base, token)
     return pl.DataFrame(rows, schema={c: _dtype(c) for c in COLUMNS}, orient="row") if rows else pl.DataFrame(

@@ -78,12 +78,12 @@ def ceiling(tie_blocks: np.ndarray, labels, weights) -> np.ndarray:
     out = np.empty(weights.shape[0])
     for b in range(weights.shape[0]):
         best = np.argsort(-purity[b], kind="stable")
-        out[b] = _fill(pos[b, best], cnt[b, best])
+        out[b] = fill_blocks(pos[b, best], cnt[b, best])
     return out
 
 
-def _fill(pos: np.ndarray, cnt: np.ndarray) -> float:
-    """Precision of the top m rows when blocks are taken whole, purest first (the last one in part)."""
+def fill_blocks(pos: np.ndarray, cnt: np.ndarray) -> float:
+    """Precision of the top m rows when blocks are taken whole in the given order (the last one in part)."""
     m = pos.sum()
     if m <= 0:
         return float("nan")
