@@ -13,7 +13,7 @@ synthetic rollouts (64-token completions by default):
 Then the peak memory of a sketch job (resident set size of a child process that sketches a shard into
 a real Zarr store) for shards of 2, 8 and 32 steps, on both models.
 
-    python benchmarks/sketch.py            # about 8 minutes on 2 CPU cores
+    python benchmarks/sketch.py            # about 12 minutes on 2 CPU cores (the naive baseline: 4)
     python benchmarks/sketch.py --quick    # tiny model only, no naive baseline
 """
 
