@@ -9,7 +9,8 @@ import numpy as np
 import polars as pl
 
 from . import estimators
-from .evaluation import cosines, evaluate
+from .estimators import target_cosine
+from .evaluation import evaluate
 from .io import atomic_write_parquet
 from .scoring import run_estimator
 from .seedview import SeedView, Target
@@ -62,9 +63,10 @@ def token_cosines(view: SeedView, targets: dict[str, Target]) -> dict:
     for kind, target in targets.items():
         idx, has = target.for_rows(view)
         usable = has & (sign != 0)
-        behavior = np.where(usable & has_marker, sign * cosines(view.array("behavior_sketch"), target.vectors, idx),
+        # Minus the loss gradient's cosine: the direction the tokens were made more likely.
+        behavior = np.where(usable & has_marker, -sign * target_cosine(view.array("behavior_sketch"), target, idx),
                             np.nan)
-        null = np.where(usable & (null_norm > 0), sign * cosines(view.array("null_sketch"), target.vectors, idx),
+        null = np.where(usable & (null_norm > 0), -sign * target_cosine(view.array("null_sketch"), target, idx),
                         np.nan)
         out[kind] = (behavior, null)
     return out

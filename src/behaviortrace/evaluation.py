@@ -181,15 +181,6 @@ def _aligned(scored: pl.DataFrame, rollouts: pl.DataFrame) -> np.ndarray:
     return scored["score"].to_numpy()
 
 
-def cosines(vectors: np.ndarray, targets: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """Cosine of minus each (loss-gradient) row with target row idx[i]; NaN where either is zero."""
-    nv = np.linalg.norm(vectors, axis=1).astype(np.float64)
-    nt = np.linalg.norm(targets, axis=1).astype(np.float64)[idx]
-    inner = (vectors @ targets.T.astype(vectors.dtype))[np.arange(len(idx)), idx].astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return -inner / (nv * nt)
-
-
 def token_metrics(cell: Cell, base: dict, token: dict) -> list[dict]:
     """Mean cosine of behavior-token sketches with each target, against the same at random non-marker
     positions of the same completions (the null), with the gap between them."""

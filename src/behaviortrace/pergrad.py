@@ -26,6 +26,12 @@ def trainable_names(model) -> dict[int, str]:
     return {id(p): n for n, p in model.named_parameters() if p.requires_grad}
 
 
+def accumulated_grads(model) -> dict[str, torch.Tensor]:
+    """Each trainable parameter's .grad after an ordinary backward (zeros where it got none)."""
+    return {n: (p.grad.detach() if p.grad is not None else torch.zeros_like(p))
+            for n, p in model.named_parameters() if p.requires_grad}
+
+
 def param_layout(model) -> dict[str, tuple[str, torch.Size]]:
     """Each trainable parameter's kind ('matrix': a Linear or Embedding weight; 'dense': anything else)."""
     names = trainable_names(model)

@@ -13,7 +13,7 @@ import polars as pl
 import torch
 
 from .markers import marker_positions
-from .pergrad import Capture
+from .pergrad import Capture, accumulated_grads
 from .rollout_loss import (batch_to, completion_logits, fluency, rollout_losses, rows_of, step_batch,
                            token_logps)
 from .sketchmap import SketchMap
@@ -111,7 +111,6 @@ class StepSketcher:
         model.zero_grad(set_to_none=True)
         losses, _ = self._losses(model, batch, rows.height, num_items)
         losses.sum().backward()
-        grads = {n: (p.grad if p.grad is not None else torch.zeros_like(p))
-                 for n, p in model.named_parameters() if p.requires_grad}
+        sketch = self.smap.sketch_dense(accumulated_grads(model))
         model.zero_grad(set_to_none=True)
-        return self.smap.sketch_dense(grads)
+        return sketch

@@ -97,6 +97,13 @@ def _materialize_rows(contribs: list[tuple[Factor, torch.Tensor]], r0: int, r1: 
     return out
 
 
+def _row_blocks(rows: int, cols: int, batch: int):
+    """(r0, r1) ranges of weight rows small enough to materialize for a whole batch at once."""
+    step = max(1, _ROW_BLOCK_ELEMENTS // max(1, batch * cols))
+    for r0 in range(0, rows, step):
+        yield r0, min(rows, r0 + step)
+
+
 def _gram(a: Factor, b: Factor) -> torch.Tensor:
     """[B, T_a, T_b] inner products between the per-position rows of two factors."""
     if a.is_index and b.is_index:
@@ -209,10 +216,8 @@ class SketchMap:
 
     def _count_matrix(self, out, name, shape, contribs, batch) -> torch.Tensor:
         rows, cols = shape
-        step = max(1, _ROW_BLOCK_ELEMENTS // max(1, batch * cols))
         sq = torch.zeros(batch, device=self.device)
-        for r0 in range(0, rows, step):
-            r1 = min(rows, r0 + step)
+        for r0, r1 in _row_blocks(rows, cols, batch):
             block = _materialize_rows(contribs, r0, r1, batch).reshape(batch, -1)
             sq += torch.linalg.vector_norm(block, dim=1).square()
             self.rest.add(out, name, r0 * cols, block)
@@ -237,9 +242,8 @@ class SketchMap:
         rows, cols = shape
         if positions**2 <= rows * cols:
             return _ghost_sq_norm(contribs)
-        step = max(1, _ROW_BLOCK_ELEMENTS // max(1, batch * cols))
-        return sum(_materialize_rows(contribs, r0, min(rows, r0 + step), batch).pow(2).sum((1, 2))
-                   for r0 in range(0, rows, step))
+        return sum(_materialize_rows(contribs, r0, r1, batch).pow(2).sum((1, 2))
+                   for r0, r1 in _row_blocks(rows, cols, batch))
 
 
 def materialize(grads: PerExampleGrads, layout: dict) -> dict[str, torch.Tensor]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from .markers import marker_positions
+from .pergrad import accumulated_grads
 from .rollout_loss import batch_to, completion_logits, pad_batch, token_logps
 from .sketchmap import SketchMap
 
@@ -33,8 +34,7 @@ def _logprob_gradient(model, tokenizer, items: list[tuple[list[int], list[int], 
             mask[i, positions] = 1.0
         logps = token_logps(completion_logits(model, batch), batch["completion_ids"], temperature)
         ((logps * mask).sum() / len(items)).backward()
-    grads = {n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
-             for n, p in model.named_parameters() if p.requires_grad}
+    grads = {n: g.clone() for n, g in accumulated_grads(model).items()}
     model.zero_grad(set_to_none=True)
     return grads
 
