@@ -26,8 +26,9 @@ rule score:
         shards=shard_paths,
         rollouts=f"{OUT}/seed{{seed}}/rollouts.parquet",
         target=score_target_input,
-        # The estimator's own module: editing it reruns this estimator's jobs only.
-        code=lambda wc: str(_estimator_module(wc.estimator)),
+        # The estimator's own module: editing it reruns this estimator's jobs only. Relative to the
+        # working directory, so that moving the checkout does not look like a changed input set.
+        code=lambda wc: os.path.relpath(_estimator_module(wc.estimator)),
     output:
         rollouts=f"{OUT}/seed{{seed}}/scores/{{estimator}}/draw{{draw}}_{{target}}.parquet",
         steps=f"{OUT}/seed{{seed}}/scores/{{estimator}}/draw{{draw}}_{{target}}_steps.parquet",
