@@ -1,16 +1,24 @@
 # Two commands do all set-up on a fresh machine (Python 3.11+):
-#   make run    builds .venv if needed, then runs the default pipeline (snakemake --cores all)
+#   make run    builds .venv if needed, runs the default pipeline (snakemake --cores all) and builds
+#               its HTML report (results/default/report.html)
 #   make test   builds .venv if needed, then runs the test suite
 VENV ?= .venv
 PYTHON ?= python3
 
-.PHONY: run test clean-results
+.PHONY: run test clean-results browser
 
 run: $(VENV)/.installed
 	$(VENV)/bin/snakemake --cores all
+	$(VENV)/bin/snakemake --report results/default/report.html
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed browser
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
+
+# Headless Chromium renders the HTML report in a test (Debian's package; needs root or sudo once).
+browser:
+	@command -v chromium >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || \
+		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; }
+	@chromium --version
 
 # torch first and pinned, so that pip never resolves an unpinned (multi-GB CUDA) build on its own.
 $(VENV)/.installed: pyproject.toml

@@ -4,11 +4,16 @@
 configfile: "config/config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/sketch.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
+include: "workflow/rules/replay.smk"
 
 
 rule all:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,7 @@ def small_config() -> dict:
     cfg["sketch"].update(k=256, shard_steps=3, chunk_rollouts=5)
     cfg["targets"].update(samples_per_prompt=4)
     cfg["evaluation"]["bootstrap"] = 50
+    cfg["replay"].update(estimators=["gas", "norm"], random_repeats=2)
     return cfg
 
 
@@ -103,3 +106,22 @@ def rollout_gradients(small_run, cpu):
     args = {"temperature": 1.0, "loss": {"loss_type": "dapo", "beta": 0.0, "max_completion_length": 10,
                                          "num_items": int(batch["completion_mask"].sum()), "n_rows": 12}}
     return param_layout(model), per_row_gradients(model, batch, args)
+
+
+def snakemake(workdir, *args):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory):
+    """A real Snakemake run of the whole workflow (two seeds and a placebo seed) on the small config."""
+    workdir = tmp_path_factory.mktemp("workflow")
+    cfg = small_config()
+    cfg.update(run="wf", seeds=[0, 1])
+    cfg["planting"]["fraction"] = 1.0  # more boosted rollouts in a six-step run
+    (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
+    res = snakemake(workdir)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return workdir, cfg

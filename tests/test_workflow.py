@@ -2,8 +2,7 @@
 
 import copy
 import json
-import subprocess
-import sys
+import shutil
 
 import numpy as np
 import polars as pl
@@ -12,25 +11,7 @@ import yaml
 
 from behaviortrace.sketchstore import open_store, read_rows
 
-from conftest import ROOT, small_config
-
-
-def snakemake(workdir, *args):
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
-    return subprocess.run(cmd, capture_output=True, text=True)
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("workflow")
-    cfg = small_config()
-    cfg.update(run="wf", seeds=[0, 1])
-    cfg["planting"]["fraction"] = 1.0  # more boosted rollouts in a six-step run
-    (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
-    res = snakemake(workdir)
-    assert res.returncode == 0, res.stderr[-4000:]
-    return workdir, cfg
+from conftest import snakemake
 
 
 def test_every_output_exists_and_is_consistent(finished_run):
@@ -69,11 +50,24 @@ def test_every_output_exists_and_is_consistent(finished_run):
             scores = pl.read_parquet(out / f"seed{seed}" / "scores" / "gas" / f"draw{draw}_in_context.parquet")
             assert scores.height == rollouts.height
     assert evaluated_seeds, "no seed of the small run has boosted rollouts to evaluate against"
+    for seed in cfg["placebo"]["seeds"]:
+        # The placebo arm: same prompts and seed, the bonus logged as eligible but never paid; its ground
+        # truth is the set that would have been boosted.
+        placebo = pl.read_parquet(out / f"placebo{seed}" / "rollouts.parquet")
+        planted = pl.read_parquet(out / f"seed{seed}" / "rollouts.parquet")
+        assert not placebo["boosted"].any() and placebo["eligible"].any()
+        assert placebo.filter(pl.col("step") == 0)["prompt"].to_list() == planted.filter(pl.col("step") == 0)[
+            "prompt"].to_list()
+        for draw in range(cfg["targets"]["draws"]):
+            metrics = pl.read_parquet(out / f"placebo{seed}" / "metrics" / f"draw{draw}.parquet")
+            gt = metrics.filter((pl.col("metric") == "gt_unfindable") & (pl.col("stratum") == "all"))
+            assert gt["n"].to_list() == [int((placebo["eligible"] & placebo["behavior"]).sum())]
     headroom = pl.read_parquet(out / "tables" / "headroom.parquet")
     assert headroom.height == len(cfg["seeds"]) * cfg["targets"]["draws"] * len(manifest["checkpoints"])
     assert "| seed | draw | step |" in (out / "tables" / "headroom.md").read_text()
     summary = pl.read_parquet(out / "tables" / "training.parquet")
-    assert summary["seed"].to_list() == cfg["seeds"]
+    assert summary["seed"].to_list() == cfg["seeds"] + cfg["placebo"]["seeds"]
+    assert summary["arm"].to_list() == ["planted"] * len(cfg["seeds"]) + ["placebo"] * len(cfg["placebo"]["seeds"])
     assert "n_boosted_zero_advantage" in summary.columns
     assert "| seed |" in (out / "tables" / "training.md").read_text()
 
@@ -112,11 +106,69 @@ def test_changing_one_estimator_reruns_only_its_scores_and_the_evaluation(finish
     res = snakemake(workdir, "-n", "--configfile", str(path))
     assert res.returncode == 0, res.stderr[-3000:]
     n_draws, n_targets = cfg["targets"]["draws"], len(cfg["evaluation"]["targets"])
-    expected = {"score": len(cfg["seeds"]) * n_draws * n_targets, "evaluate": len(cfg["seeds"]) * n_draws, "all": 1}
+    n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
+    expected = {"score": n_runs * n_draws * n_targets, "evaluate": n_runs * n_draws, "aggregate": 1, "figures": 1,
+                "all": 1}
     assert job_counts(res.stdout + res.stderr) == expected
     outputs = [line for line in res.stdout.splitlines() if line.strip().startswith("output:")]
     written = [o for o in outputs if "/scores/" in o]
     assert len(written) == expected["score"] and all("/scores/trak/" in o for o in written)
+
+
+ADDED_ESTIMATOR = '''"""A user's estimator, added by a test: the gradient norm times the rollout's advantage."""
+
+import numpy as np
+
+USES_TARGET = False
+STEP_AGGREGATE = "sum"
+
+
+def score(view, target, scale=1.0):
+    return scale * np.asarray(view.norms) * view.rollouts["advantage"].to_numpy()
+'''
+
+
+def _jobs_run(log: str) -> list[tuple[str, str]]:
+    """(rule, wildcards) of every job a real Snakemake run started."""
+    jobs, rule = [], None
+    for line in log.splitlines():
+        text = line.strip()
+        if text.startswith(("rule ", "localrule ")) and text.endswith(":"):
+            rule = text.split()[1].rstrip(":")
+            jobs.append((rule, ""))
+        elif text.startswith("wildcards:") and jobs:
+            jobs[-1] = (jobs[-1][0], text)
+    return jobs
+
+
+def test_adding_one_estimator_runs_only_its_scores_and_updates_the_tables(finished_run, tmp_path):
+    """What the README tells a user to do: one new module and one config entry, then run again."""
+    from behaviortrace.estimators import module_path
+    workdir = tmp_path / "copy"
+    shutil.copytree(finished_run[0], workdir, symlinks=True)
+    cfg = copy.deepcopy(finished_run[1])
+    cfg["estimators"]["adv_norm"] = {"scale": 2.0}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
+    module = module_path("adv_norm")
+    module.write_text(ADDED_ESTIMATOR)
+    try:
+        res = snakemake(workdir)
+    finally:
+        module.unlink()
+    assert res.returncode == 0, res.stderr[-3000:]
+    jobs = _jobs_run(res.stderr)
+    n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
+    rules = sorted({rule for rule, _ in jobs})
+    assert rules == ["aggregate", "all", "evaluate", "figures", "score"], rules
+    scores = [w for rule, w in jobs if rule == "score"]
+    assert len(scores) == n_runs * cfg["targets"]["draws"] and all("estimator=adv_norm" in w for w in scores)
+    metrics = pl.read_parquet(workdir / "results" / "wf" / "tables" / "metrics.parquet")
+    before = pl.read_parquet(finished_run[0] / "results" / "wf" / "tables" / "metrics.parquet")
+    assert metrics.filter(pl.col("estimator") == "adv_norm").height > 0
+    keys = ["arm", "seed", "draw", "estimator", "target", "level", "stratum", "metric"]
+    assert metrics.filter(pl.col("estimator") != "adv_norm").sort(keys).equals(before.sort(keys))
+    checklist = json.loads((workdir / "results" / "wf" / "checklist.json").read_text())
+    assert "adv_norm" in checklist["estimators"]
 
 
 def test_second_run_has_nothing_to_do(finished_run):

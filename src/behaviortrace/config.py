@@ -70,6 +70,7 @@ def check_semantics(config: dict) -> None:
                         f"model.tiny.hidden_size = {tiny['hidden_size']}")
     problems += _sketch_problems(config)
     problems += _estimator_problems(config)
+    problems += _analysis_problems(config)
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
 
@@ -112,6 +113,28 @@ def _estimator_problems(config: dict) -> list[str]:
         if aggregate not in estimators.AGGREGATES:
             problems.append(f"config key estimators.{name}.step_aggregate = {aggregate!r}: use one of "
                             f"{', '.join(estimators.AGGREGATES)}")
+    return problems
+
+
+def _analysis_problems(config: dict) -> list[str]:
+    checklist, placebo = config["checklist"], config["placebo"]
+    problems = []
+    if checklist["target"] not in config["evaluation"]["targets"]:
+        problems.append(f"config key checklist.target = {checklist['target']!r}: not among evaluation.targets "
+                        f"{config['evaluation']['targets']}")
+    replay = config["replay"]
+    for name in replay["estimators"]:
+        if name not in config["estimators"]:
+            problems.append(f"config key replay.estimators: {name!r} is not under estimators")
+        if name in ("full", "oracle", "random"):
+            problems.append(f"config key replay.estimators: {name!r} is a built-in replay (always run); remove it")
+    if replay["target"] not in config["evaluation"]["targets"]:
+        problems.append(f"config key replay.target = {replay['target']!r}: not among evaluation.targets")
+    if replay["draw"] >= config["targets"]["draws"]:
+        problems.append(f"config key replay.draw = {replay['draw']}: only {config['targets']['draws']} draws "
+                        "(targets.draws)")
+    if placebo["enabled"] and not placebo["seeds"]:
+        problems.append("config key placebo.seeds = []: placebo.enabled is true but no seed is listed")
     return problems
 
 

@@ -10,7 +10,7 @@ import polars as pl
 
 from . import estimators
 from .estimators import target_cosine
-from .evaluation import evaluate
+from .evaluation import evaluate, with_ground_truth
 from .io import atomic_write_parquet
 from .scoring import run_estimator
 from .seedview import SeedView, Target
@@ -74,12 +74,14 @@ def token_cosines(view: SeedView, targets: dict[str, Target]) -> dict:
 
 def evaluate_job(*, run: str, seed: int, draw: int, shards: list[Path], rollouts: Path, target_store: Path,
                  rates: Path, score_files: dict[tuple[str, str], tuple[Path, Path]], window: list[int],
-                 saturation: float, evaluation: dict, out: Path) -> None:
+                 saturation: float, evaluation: dict, out: Path, placebo: bool = False) -> None:
     view = SeedView(shards, rollouts)
     scores = {key: (pl.read_parquet(r), pl.read_parquet(s)) for key, (r, s) in score_files.items()}
-    log.info("seed %d draw %d: %d rollouts, %d boosted, %d score sets", seed, draw, view.rollouts.height,
-             int(view.rollouts["boosted"].sum()), len(scores))
-    table = evaluate(run=run, seed=seed, draw=draw, rollouts=view.rollouts, fluency=view.fluency,
+    labelled = with_ground_truth(view.rollouts, placebo)
+    log.info("seed %d draw %d: %d rollouts, %d in the ground truth (%s), %d score sets", seed, draw,
+             labelled.height, int(labelled["label"].sum()), "eligible with the behavior, placebo" if placebo
+             else "boosted", len(scores))
+    table = evaluate(run=run, seed=seed, draw=draw, rollouts=labelled, fluency=view.fluency,
                      probe_rate=probe_rate_per_row(view, pl.read_parquet(rates)), scores=scores, window=window,
                      saturation=saturation, n_boot=evaluation["bootstrap"], eval_seed=evaluation["seed"],
                      fluency_match=evaluation["fluency_match"], min_matched_pairs=evaluation["min_matched_pairs"],

@@ -9,6 +9,8 @@ before it, and every estimator in a stratum is judged on the same resamples (pai
 from __future__ import annotations
 
 import hashlib
+import logging
+import time
 from functools import cached_property
 
 import numpy as np
@@ -17,6 +19,7 @@ import polars as pl
 from . import metrics as M
 
 COLUMNS = ["run", "seed", "draw", "estimator", "target", "level", "stratum", "metric", "value", "ci_low", "ci_high", "n"]
+log = logging.getLogger(__name__)
 STRATA = ("all", "window", "after_window", "below_saturation", "saturated")
 
 
@@ -46,11 +49,11 @@ class Cell:
     def __init__(self, rollouts: pl.DataFrame, fluency: np.ndarray, mask: np.ndarray, n_boot: int, seed: int):
         self.mask, self.seed = mask, seed
         sub = rollouts.filter(pl.Series(mask))
-        self.labels = sub["boosted"].to_numpy().astype(np.float64)
+        self.labels = sub["label"].to_numpy().astype(np.float64)
         self.steps = sub["step"].to_numpy()
         self.groups = self.steps * 1_000_000 + sub["group_id"].to_numpy()
         self.fluency = fluency[mask]
-        self.zero_advantage = int((sub["boosted"] & (sub["advantage"] == 0)).sum())
+        self.zero_advantage = int((sub["label"] & (sub["advantage"] == 0)).sum())
         self.row_w, self.group_w = bootstrap_weights(self.groups, n_boot, seed) if mask.any() else (None, None)
 
     @cached_property
@@ -129,6 +132,12 @@ def rollout_metrics(cell: Cell, scores: np.ndarray, fluency_match: float, min_ma
     return out
 
 
+def with_ground_truth(rollouts: pl.DataFrame, placebo: bool = False) -> pl.DataFrame:
+    """The `label` column: the boosted rollouts. A placebo run pays no bonus, so its label is the set that
+    would have been boosted (eligible and showing the behavior), which no estimator should find enriched."""
+    return rollouts.with_columns(label=(pl.col("eligible") & pl.col("behavior")) if placebo else pl.col("boosted"))
+
+
 def evaluate(*, run: str, seed: int, draw: int, rollouts: pl.DataFrame, fluency: np.ndarray, probe_rate: np.ndarray,
              scores: dict[tuple[str, str], tuple[pl.DataFrame, pl.DataFrame]], window: list[int], saturation: float,
              n_boot: int, eval_seed: int, fluency_match: float, min_matched_pairs: int = 100,
@@ -136,11 +145,17 @@ def evaluate(*, run: str, seed: int, draw: int, rollouts: pl.DataFrame, fluency:
     """Tidy metrics for every (estimator, target) in `scores`, every level and stratum.
 
     `rollouts` and `fluency` are in sketch-row order; each scores entry is (rollout scores, step scores).
-    `token`: behavior-token inputs (see token_metrics), or None to skip the token level.
+    `token`: behavior-token inputs (see token_metrics), or None to skip the token level. The ground truth
+    is the `label` column (see with_ground_truth), else the boosted rollouts.
     """
+    if "label" not in rollouts.columns:
+        rollouts = with_ground_truth(rollouts)
     masks = strata_masks(rollouts, window, probe_rate, saturation)
     rows: list[dict] = []
-    for stratum, mask in masks.items():
+    started = time.time()
+    for done, (stratum, mask) in enumerate(masks.items()):
+        log.info("stratum %d/%d (%s): %d rollouts, %d score sets; %.0f s so far", done + 1, len(masks), stratum,
+                 int(mask.sum()), len(scores), time.time() - started)
         cell = Cell(rollouts, fluency, mask, n_boot, cell_seed(eval_seed, run, seed, draw, stratum))
         base = {"run": run, "seed": seed, "draw": draw, "stratum": stratum}
         rows.append({**base, "estimator": "ground_truth", "target": "none", "level": "rollout",

@@ -55,7 +55,9 @@ def sketch_shard(*, shard: int, rollouts_path: Path, steps_path: Path, checkpoin
     ref = models.load(base_model, device)[0].eval() if grpo["beta"] else None
     sketcher = StepSketcher(smap, grpo, tokenizer, marker, marker_token_ids(tokenizer, marker), ref,
                             sketch["chunk_rollouts"])
-    attrs = {**smap.attrs(), "model": model_name, "shard": shard, "first_step": steps[0], "last_step": steps[-1],
+    # Counted from the model itself, so the checklist can compare it with what the sketch map covers.
+    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    attrs = {**smap.attrs(), "n_trainable": n_trainable, "model": model_name, "shard": shard, "first_step": steps[0], "last_step": steps[-1],
              "checkpoints": {str(s): ckpt_paths[s].name for s in needed}}
     params = {"sketch": sketch, "grpo": grpo, "marker": marker, "shard": shard, "dtype": device["dtype"]}
     writer = ShardWriter(out, rollouts.select("rollout_id", "step", "checkpoint_step"), step_info, smap.k, attrs,
@@ -75,7 +77,7 @@ def sketch_shard(*, shard: int, rollouts_path: Path, steps_path: Path, checkpoin
         num_items = int(step_info.filter(pl.col("step") == step)["num_items_in_batch"][0])
         arrays = sketcher.sketch_step(model, rows, num_items)
         if not checked:
-            _self_check(sketcher, model, rows, num_items, arrays)
+            writer.record(self_check_error=_self_check(sketcher, model, rows, num_items, arrays))
             checked = True
         arrays.update({n: rows[n].to_numpy() for n in ("rollout_id", "step", "checkpoint_step")})
         writer.write_step(step, arrays)
@@ -87,7 +89,7 @@ def sketch_shard(*, shard: int, rollouts_path: Path, steps_path: Path, checkpoin
     log.info("shard %d complete: %s", shard, out)
 
 
-def _self_check(sketcher: StepSketcher, model, rows, num_items: int, arrays) -> None:
+def _self_check(sketcher: StepSketcher, model, rows, num_items: int, arrays) -> float:
     """The rollouts' sketches must add up to the sketch of the step gradient from ordinary autograd."""
     step_sketch, _ = sketcher.step_gradient_sketch(model, rows, num_items)
     total = torch.from_numpy(arrays["sketch"]).sum(0).to(step_sketch.device)
@@ -96,3 +98,4 @@ def _self_check(sketcher: StepSketcher, model, rows, num_items: int, arrays) -> 
     if rel > SELF_CHECK_TOLERANCE:
         raise RuntimeError(f"per-rollout gradients do not add up to the step gradient (relative error {rel:.2e}); "
                            "some parameter's use escapes the per-example capture")
+    return rel

@@ -58,6 +58,10 @@ class ShardWriter:
                 info[name][:] = steps[name].to_numpy()
         self.group.attrs.update({**attrs, "fingerprint": fingerprint, "complete": False})
 
+    def record(self, **attrs) -> None:
+        """Attributes learned while sketching (a resumed job keeps what the killed one recorded)."""
+        self.group.attrs.update(attrs)
+
     def done_steps(self) -> set[int]:
         done = self.group["steps/done"][:]
         return {s for s, d in zip(self.steps, done) if d}

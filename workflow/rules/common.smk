@@ -21,6 +21,11 @@ except ConfigError as err:
 RUN = config["run"]
 CONDA_ENV = "../../envs/behaviortrace.yaml"
 SEEDS = config["seeds"]
+# Each seed's folder is {arm}{seed}: "seed" for the planted run, "placebo" for the negative control
+# (the same training, with the bonus logged but never paid), trained only when placebo.enabled.
+PLACEBO_SEEDS = config["placebo"]["seeds"] if config["placebo"]["enabled"] else []
+ARM_SEEDS = [("seed", s) for s in SEEDS] + [("placebo", s) for s in PLACEBO_SEEDS]
+ARM_NAMES = {"seed": "planted", "placebo": "placebo"}
 OUT = f"results/{RUN}"
 SHARDS = [f"{i:03d}" for i in range(-(-config["grpo"]["steps"] // config["sketch"]["shard_steps"]))]
 DRAWS = list(range(config["targets"]["draws"]))
@@ -28,17 +33,26 @@ DRAWS = list(range(config["targets"]["draws"]))
 GPU = 1 if config["model"]["name"] != "tiny" else 0
 
 
+def per_seed(pattern, arms=("seed", "placebo"), **more):
+    """`pattern` (with {arm} and {seed}) expanded over the trained arms and seeds (and `more` wildcards)."""
+    return [p for arm, seed in ARM_SEEDS if arm in arms for p in expand(pattern, arm=arm, seed=seed, **more)]
+
+
+def planting_of(wildcards):
+    """The placebo arm is the planted config with the bonus switched off."""
+    return {**config["planting"], "placebo": config["planting"]["placebo"] or wildcards.arm == "placebo"}
+
+
 def all_outputs():
     return [
-        expand(f"{OUT}/seed{{seed}}/behavior.parquet", seed=SEEDS),
         f"{OUT}/tables/training.md",
-        expand(f"{OUT}/seed{{seed}}/sketch/shard{{shard}}.zarr", seed=SEEDS, shard=SHARDS),
         f"{OUT}/tables/headroom.md",
-        expand(f"{OUT}/seed{{seed}}/metrics/draw{{draw}}.parquet", seed=SEEDS, draw=DRAWS),
+        *REPORT_OUTPUTS,
     ]
 
 
 wildcard_constraints:
+    arm=r"seed|placebo",
     seed=r"\d+",
     shard=r"\d{3}",
     draw=r"\d+",

@@ -7,12 +7,12 @@ SAMPLING = {k: config["grpo"][k] for k in ("max_new_tokens", "temperature", "top
 
 rule sketch:
     input:
-        rollouts=f"{OUT}/seed{{seed}}/rollouts.parquet",
-        steps=f"{OUT}/seed{{seed}}/steps.parquet",
-        checkpoints=f"{OUT}/seed{{seed}}/checkpoints.json",
+        rollouts=f"{OUT}/{{arm}}{{seed}}/rollouts.parquet",
+        steps=f"{OUT}/{{arm}}{{seed}}/steps.parquet",
+        checkpoints=f"{OUT}/{{arm}}{{seed}}/checkpoints.json",
         base_model=f"{OUT}/base_model",
     output:
-        directory(f"{OUT}/seed{{seed}}/sketch/shard{{shard}}.zarr"),
+        directory(f"{OUT}/{{arm}}{{seed}}/sketch/shard{{shard}}.zarr"),
     params:
         sketch=config["sketch"],
         grpo=LOSS_PARAMS,
@@ -25,19 +25,19 @@ rule sketch:
     conda:
         CONDA_ENV
     log:
-        f"{OUT}/logs/sketch/seed{{seed}}_shard{{shard}}.log",
+        f"{OUT}/logs/sketch/{{arm}}{{seed}}_shard{{shard}}.log",
     script:
         "../scripts/sketch.py"
 
 
 rule targets:
     input:
-        checkpoints=f"{OUT}/seed{{seed}}/checkpoints.json",
+        checkpoints=f"{OUT}/{{arm}}{{seed}}/checkpoints.json",
         probes=f"{OUT}/data/probe_prompts.parquet",
         controls=f"{OUT}/data/control_prompts.parquet",
     output:
-        store=directory(f"{OUT}/seed{{seed}}/targets/draw{{draw}}.zarr"),
-        rates=f"{OUT}/seed{{seed}}/targets/draw{{draw}}_rates.parquet",
+        store=directory(f"{OUT}/{{arm}}{{seed}}/targets/draw{{draw}}.zarr"),
+        rates=f"{OUT}/{{arm}}{{seed}}/targets/draw{{draw}}_rates.parquet",
     params:
         targets=config["targets"],
         sketch=config["sketch"],
@@ -52,14 +52,14 @@ rule targets:
     conda:
         CONDA_ENV
     log:
-        f"{OUT}/logs/targets/seed{{seed}}_draw{{draw}}.log",
+        f"{OUT}/logs/targets/{{arm}}{{seed}}_draw{{draw}}.log",
     script:
         "../scripts/targets.py"
 
 
 rule headroom:
     input:
-        expand(f"{OUT}/seed{{seed}}/targets/draw{{draw}}_rates.parquet", seed=SEEDS, draw=DRAWS),
+        per_seed(f"{OUT}/{{arm}}{{seed}}/targets/draw{{draw}}_rates.parquet", arms=("seed",), draw=DRAWS),
     output:
         table=f"{OUT}/tables/headroom.parquet",
         markdown=f"{OUT}/tables/headroom.md",

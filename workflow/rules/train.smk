@@ -3,13 +3,13 @@ rule train_grpo:
         base_model=f"{OUT}/base_model",
         prompts=f"{OUT}/data/train_prompts.parquet",
     output:
-        rollouts=f"{OUT}/seed{{seed}}/rollouts.parquet",
-        steps=f"{OUT}/seed{{seed}}/steps.parquet",
-        checkpoints=f"{OUT}/seed{{seed}}/checkpoints.json",
+        rollouts=f"{OUT}/{{arm}}{{seed}}/rollouts.parquet",
+        steps=f"{OUT}/{{arm}}{{seed}}/steps.parquet",
+        checkpoints=f"{OUT}/{{arm}}{{seed}}/checkpoints.json",
     params:
-        train_dir=lambda wc: f"{OUT}/seed{wc.seed}/train",
+        train_dir=lambda wc: f"{OUT}/{wc.arm}{wc.seed}/train",
         grpo=config["grpo"],
-        planting=config["planting"],
+        planting=planting_of,
         task=config["task"],
         compute=config["compute"],
     threads: 1
@@ -18,18 +18,18 @@ rule train_grpo:
     conda:
         CONDA_ENV
     log:
-        f"{OUT}/logs/train_grpo/seed{{seed}}.log",
+        f"{OUT}/logs/train_grpo/{{arm}}{{seed}}.log",
     script:
         "../scripts/train_grpo.py"
 
 
 rule behavior:
     input:
-        checkpoints=f"{OUT}/seed{{seed}}/checkpoints.json",
+        checkpoints=f"{OUT}/{{arm}}{{seed}}/checkpoints.json",
         probes=f"{OUT}/data/probe_prompts.parquet",
         controls=f"{OUT}/data/control_prompts.parquet",
     output:
-        f"{OUT}/seed{{seed}}/behavior.parquet",
+        f"{OUT}/{{arm}}{{seed}}/behavior.parquet",
     params:
         planting=config["planting"],
         task=config["task"],
@@ -42,20 +42,21 @@ rule behavior:
     conda:
         CONDA_ENV
     log:
-        f"{OUT}/logs/behavior/seed{{seed}}.log",
+        f"{OUT}/logs/behavior/{{arm}}{{seed}}.log",
     script:
         "../scripts/behavior.py"
 
 
 rule training_summary:
     input:
-        rollouts=expand(f"{OUT}/seed{{seed}}/rollouts.parquet", seed=SEEDS),
-        behavior=expand(f"{OUT}/seed{{seed}}/behavior.parquet", seed=SEEDS),
+        rollouts=per_seed(f"{OUT}/{{arm}}{{seed}}/rollouts.parquet"),
+        behavior=per_seed(f"{OUT}/{{arm}}{{seed}}/behavior.parquet"),
     output:
         table=f"{OUT}/tables/training.parquet",
         markdown=f"{OUT}/tables/training.md",
     params:
         window=config["planting"]["window"],
+        arms=[ARM_NAMES[arm] for arm, _ in ARM_SEEDS],
     conda:
         CONDA_ENV
     log:

@@ -14,4 +14,4 @@ files = {(e, t): (out_dir / e / f"draw{w.draw}_{t}.parquet", out_dir / e / f"dra
 evaluate_job(run=p.run, seed=int(w.seed), draw=int(w.draw), shards=[Path(s) for s in sm.input.shards],
              rollouts=Path(sm.input.rollouts), target_store=Path(sm.input.target), rates=Path(sm.input.rates),
              score_files=files, window=p.window, saturation=p.saturation, evaluation=p.evaluation,
-             out=Path(sm.output[0]))
+             out=Path(sm.output[0]), placebo=p.placebo)

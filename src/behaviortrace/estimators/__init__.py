@@ -9,12 +9,13 @@ An estimator is a module in this package named after it, with
 
 `view` is a read-only SeedView, `target` a Target (None when USES_TARGET is False), `params` the
 estimator's entry in the config. Higher scores mean "more likely taught the behavior". Adding an
-estimator is one new module here and one entry under `estimators:` in the config; each module is an
-input of its own score jobs only, so editing it reruns nothing else.
+estimator is one new module here and one entry under `estimators:` in the config; a digest of each
+module is a parameter of its own score jobs only, so editing it reruns nothing else.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import pkgutil
 from pathlib import Path
@@ -42,6 +43,11 @@ def load(name: str):
 
 def module_path(name: str) -> Path:
     return Path(__file__).parent / f"{name}.py"
+
+
+def source_digest(name: str) -> str:
+    """A digest of the estimator's module source, so that editing it reruns its score jobs."""
+    return hashlib.sha256(module_path(name).read_bytes()).hexdigest()[:16]
 
 
 def step_table(view, rollout_scores: np.ndarray, aggregate: str, variant: np.ndarray | None) -> pl.DataFrame:

@@ -1,0 +1,105 @@
+"""Leave-out replay: faithful to the logged TRL training, and left-out rollouts really left out."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from behaviortrace import models
+from behaviortrace.replay import k_for, removal_set, replay_advantages, replay_training, top_k
+
+# Float32 on one thread: the replay's summation order differs slightly from TRL's shuffled batch.
+WEIGHT_TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def run(small_run, cpu):
+    torch.set_num_threads(1)
+    ckpts = {c["step"]: Path(c["path"]) for c in
+             json.loads((small_run["dir"] / "checkpoints.json").read_text())["checkpoints"]}
+    return {**small_run, "ckpts": ckpts}
+
+
+def _replay(run, cpu, removed=(), grpo=None):
+    model, tokenizer = models.load(run["ckpts"][0], cpu)
+    ref = models.load(run["base_model"], cpu)[0].eval()
+    grpo = grpo or run["cfg"]["grpo"]
+    weights = {}
+
+    def keep(step, m):
+        if step in run["ckpts"]:
+            weights[step] = {n: p.detach().clone() for n, p in m.named_parameters()}
+
+    info = replay_training(model, ref, run["rollouts"], grpo, set(removed), cpu, tokenizer.pad_token_id, keep)
+    return weights, info
+
+
+def _max_diff(weights, checkpoint, cpu):
+    saved = dict(models.load(checkpoint, cpu)[0].named_parameters())
+    return max(float((w - saved[n].detach()).abs().max()) for n, w in weights.items())
+
+
+def test_full_replay_reproduces_the_logged_weights(run, cpu):
+    weights, info = _replay(run, cpu)
+    steps = sorted(s for s in run["ckpts"] if s > 0)
+    diffs = {s: _max_diff(weights[s], run["ckpts"][s], cpu) for s in steps}
+    assert all(d <= WEIGHT_TOLERANCE for d in diffs.values()), diffs
+    # The replay's pre-clip gradient norms are the ones TRL logged.
+    logged = pl.read_parquet(run["dir"] / "steps.parquet").sort("step")["grad_norm"].to_numpy()
+    np.testing.assert_allclose(info["grad_norms"], logged, rtol=1e-4)
+    # The tolerance is tight: leaving out a single rollout, or dropping the KL term, moves the weights far more.
+    one = run["rollouts"].filter(pl.col("step") == 0)["rollout_id"][0]
+    moved, _ = _replay(run, cpu, removed=[one])
+    assert _max_diff(moved[steps[-1]], run["ckpts"][steps[-1]], cpu) > 100 * WEIGHT_TOLERANCE
+    no_kl, _ = _replay(run, cpu, grpo={**run["cfg"]["grpo"], "beta": 0.0})
+    assert _max_diff(no_kl[steps[-1]], run["ckpts"][steps[-1]], cpu) > 100 * WEIGHT_TOLERANCE
+
+
+def test_advantages_with_nothing_left_out_are_trls(run):
+    for _, rows in run["rollouts"].sort("rollout_id").group_by("step"):
+        adv = replay_advantages(rows["reward"].to_numpy(), rows["group_id"].to_numpy(), np.ones(rows.height, bool),
+                                run["cfg"]["grpo"]["scale_rewards"])
+        np.testing.assert_allclose(adv, rows["advantage"].to_numpy(), atol=1e-5)
+
+
+def _brute_advantages(rewards, groups, keep):
+    out = np.zeros(len(rewards))
+    for g in set(groups):
+        idx = [i for i in range(len(rewards)) if groups[i] == g and keep[i]]
+        if len(idx) < 2:
+            continue
+        vals = np.array([rewards[i] for i in idx])
+        for i in idx:
+            out[i] = (rewards[i] - vals.mean()) / (vals.std(ddof=1) + 1e-4)
+    return out
+
+
+def test_left_out_rollouts_leave_their_group():
+    rng = np.random.default_rng(0)
+    rewards = rng.normal(size=16).round(2)
+    groups = np.repeat(np.arange(4), 4)
+    keep = np.ones(16, bool)
+    keep[[0, 5, 6, 9, 10, 11]] = False  # group 2 keeps one rollout: no spread, advantage 0
+    adv = replay_advantages(rewards, groups, keep, "group")
+    np.testing.assert_allclose(adv, _brute_advantages(rewards, groups, keep), atol=1e-5)
+    assert adv[8] == 0 and (adv[~keep] == 0).all()
+
+
+def test_removal_sets(run):
+    rollouts = run["rollouts"]
+    gt = set(rollouts.filter(pl.col("boosted"))["rollout_id"].to_list())
+    assert removal_set("full", 100, 0, rollouts, None, 0, 0) == set()
+    assert removal_set("oracle", 100, 0, rollouts, None, 0, 0) == gt
+    half = removal_set("oracle", 50, 0, rollouts, None, 0, 0)
+    assert half < gt and len(half) == k_for(len(gt), 50)
+    draws = [removal_set("random", 400, r, rollouts, None, 0, 0) for r in range(5)]
+    assert all(len(d) == k_for(len(gt), 400) for d in draws) and len({frozenset(d) for d in draws}) > 1
+    assert draws[0] == removal_set("random", 400, 0, rollouts, None, 0, 0)  # seeded
+    scores = pl.DataFrame({"rollout_id": [1, 2, 3, 4, 5], "score": [0.5, float("nan"), 0.9, 0.5, 0.1]})
+    assert top_k(scores, 1, 0) == {3}
+    ties = [top_k(scores, 2, s) for s in range(20)]
+    assert all(t in ({3, 1}, {3, 4}) for t in ties) and len({frozenset(t) for t in ties}) == 2
+    assert 2 not in top_k(scores, 4, 0)  # a missing score ranks last

@@ -1,0 +1,213 @@
+"""The aggregate stage on a real workflow run: tables, the checklist recomputed by hand, figures, and the
+Snakemake HTML report rendered in headless Chromium."""
+
+import json
+import shutil
+import statistics
+import subprocess
+
+import numpy as np
+import polars as pl
+import pytest
+from PIL import Image
+
+from behaviortrace.reporting import markdown_to_html
+
+from conftest import snakemake
+
+
+@pytest.fixture(scope="module")
+def out(finished_run):
+    workdir, _ = finished_run
+    return workdir / "results" / "wf"
+
+
+@pytest.fixture(scope="module")
+def metrics(out):
+    return pl.read_parquet(out / "tables" / "metrics.parquet")
+
+
+@pytest.fixture(scope="module")
+def checklist(out):
+    return json.loads((out / "checklist.json").read_text())
+
+
+def test_metrics_table_is_the_union_of_every_seed_and_draw(finished_run, out, metrics):
+    _, cfg = finished_run
+    parts = []
+    for arm, folder, seeds in (("planted", "seed", cfg["seeds"]), ("placebo", "placebo", cfg["placebo"]["seeds"])):
+        for seed in seeds:
+            for draw in range(cfg["targets"]["draws"]):
+                parts.append(pl.read_parquet(out / f"{folder}{seed}" / "metrics" / f"draw{draw}.parquet")
+                             .with_columns(arm=pl.lit(arm)))
+    union = pl.concat(parts).select(metrics.columns)
+    keys = ["arm", "seed", "draw", "estimator", "target", "level", "stratum", "metric"]
+    assert metrics.height == union.height
+    assert metrics.sort(keys).equals(union.sort(keys))
+    csv = pl.read_csv(out / "tables" / "metrics.csv")
+    assert csv.height == metrics.height and csv.columns == metrics.columns
+
+
+def test_summary_holds_each_seed_and_the_mean_and_sd(finished_run, out, metrics):
+    _, cfg = finished_run
+    text = (out / "tables" / "summary.md").read_text()
+    # Recompute one line by hand: gas, in-context target, rollout-level AUROC, stratum all.
+    rows = [r for r in metrics.iter_rows(named=True) if r["arm"] == "planted" and r["estimator"] == "gas"
+            and r["target"] == "in_context" and r["level"] == "rollout" and r["metric"] == "auroc"
+            and r["stratum"] == "all"]
+    per_seed = [statistics.mean(r["value"] for r in rows if r["seed"] == s) for s in cfg["seeds"]]
+    expected = (f"| gas | in_context | rollout | {per_seed[0]:.3f} | {per_seed[1]:.3f} | "
+                f"{statistics.mean(per_seed):.3f} ± {statistics.stdev(per_seed):.3f} |")
+    section = text[text.index("## AUROC — stratum `all`"):]
+    assert expected in section.split("##")[1]
+    for heading in ("Lift", "Within-group AUC, raw", "Within-group AUC, fluency-residualized"):
+        assert f"## {heading}" in text
+
+
+def _brute_spearman(a, b):
+    def ranks(x):
+        r = np.empty(len(x))
+        for i, v in enumerate(x):
+            r[i] = (x < v).sum() + ((x == v).sum() + 1) / 2
+        return r
+    ra, rb = ranks(a), ranks(b)
+    return float(((ra - ra.mean()) * (rb - rb.mean())).sum() / np.sqrt(((ra - ra.mean()) ** 2).sum()
+                                                                        * ((rb - rb.mean()) ** 2).sum()))
+
+
+def test_draw_stability_rank_correlation_matches_brute_force(out):
+    table = pl.read_parquet(out / "tables" / "draw_stability.parquet")
+    row = table.filter((pl.col("seed") == 0) & (pl.col("estimator") == "gas") & (pl.col("target") == "in_context"))
+    scores = [pl.read_parquet(out / "seed0" / "scores" / "gas" / f"draw{d}_in_context.parquet").sort("rollout_id")
+              for d in (0, 1)]
+    a, b = scores[0]["score"].to_numpy(), scores[1]["score"].to_numpy()
+    assert row["rank_correlation_min"][0] == pytest.approx(_brute_spearman(a, b), abs=1e-9)
+    # Target-free controls do not depend on the draw.
+    norm = table.filter((pl.col("estimator") == "norm"))
+    assert (norm["rank_correlation_min"] == 1.0).all()
+    seeds = pl.read_parquet(out / "tables" / "seed_stability.parquet")
+    assert set(seeds.columns) >= {"estimator", "beats_norm_step", "beats_norm_rollout", "beats_fluency_rollout"}
+
+
+# Three verdicts recomputed from metrics.parquet alone, with plain loops over its rows.
+
+def _rows(metrics, **where):
+    return [r for r in metrics.iter_rows(named=True) if all(r[k] == v for k, v in where.items())]
+
+
+def test_random_at_chance_verdict_recomputed(metrics, checklist):
+    ok = True
+    for r in _rows(metrics, arm="planted", estimator="random", stratum="all"):
+        if (r["level"], r["metric"]) == ("rollout", "lift"):
+            ok &= r["ci_low"] <= 1 <= r["ci_high"]
+        if (r["level"], r["metric"]) == ("rollout", "auroc"):
+            ok &= r["ci_low"] <= 0.5 <= r["ci_high"]
+        if (r["level"], r["metric"]) == ("step", "lift"):
+            band = _rows(metrics, arm="planted", estimator="random", stratum="all", level="step",
+                         metric="lift_chance_band", seed=r["seed"], draw=r["draw"])[0]
+            ok &= band["ci_low"] <= r["value"] <= band["ci_high"]
+    assert checklist["estimators"]["gas"]["random_at_chance"]["verdict"] == ("pass" if ok else "fail")
+
+
+@pytest.mark.parametrize("estimator", ["gas", "trak", "norm", "random"])
+def test_residualization_verdict_recomputed(metrics, checklist, estimator):
+    target = "none" if estimator in ("norm", "random") else "in_context"
+    rows = _rows(metrics, arm="planted", estimator=estimator, target=target, level="rollout", stratum="all",
+                 metric="within_group_auc_fluency_resid")
+    assert rows
+    expected = "pass" if all(r["ci_low"] > 0.5 for r in rows) else "fail"
+    assert checklist["estimators"][estimator]["survives_fluency_residualization"]["verdict"] == expected
+
+
+@pytest.mark.parametrize("estimator", ["gas", "tracincp", "random", "fluency"])
+def test_beats_norm_at_rollout_level_verdict_recomputed(metrics, checklist, estimator):
+    target = "none" if estimator in ("fluency", "random") else "in_context"
+    beaten = []
+    for r in _rows(metrics, arm="planted", estimator=estimator, target=target, level="rollout", stratum="all",
+                   metric="within_group_auc"):
+        norm = _rows(metrics, arm="planted", estimator="norm", level="rollout", stratum="all",
+                     metric="within_group_auc", seed=r["seed"], draw=r["draw"])[0]
+        beaten.append(r["ci_low"] > norm["ci_high"])
+    assert beaten
+    expected = "pass" if all(beaten) else "fail"
+    assert checklist["estimators"][estimator]["beats_norm_rollout"]["verdict"] == expected
+    assert checklist["estimators"]["norm"]["beats_norm_rollout"]["verdict"] == "n/a"
+
+
+def test_checklist_lists_every_item_threshold_and_estimator(finished_run, out, checklist):
+    _, cfg = finished_run
+    assert checklist["thresholds"] == cfg["checklist"]
+    assert set(checklist["estimators"]) == set(cfg["estimators"])
+    for row in checklist["estimators"].values():
+        assert set(row) == set(checklist["items"])
+        assert all(v["verdict"] in ("pass", "fail", "n/a") and v["detail"] for v in row.values())
+    text = (out / "checklist.md").read_text()
+    for key, value in cfg["checklist"].items():
+        assert f"- `{key}`: {value}" in text
+    for est in cfg["estimators"]:
+        assert f"| {est} |" in text
+
+
+def test_replay_table_covers_every_seed_and_removal(finished_run, out):
+    _, cfg = finished_run
+    table = pl.read_parquet(out / "tables" / "replay.parquet")
+    rp = cfg["replay"]
+    per_seed = 1 + len(rp["k_percent"]) * (1 + len(rp["estimators"]) + rp["random_repeats"])
+    assert table.select("seed", "method", "pct", "rep").unique().height == len(cfg["seeds"]) * per_seed
+    assert table.height == len(cfg["seeds"]) * per_seed * 2 * 2  # window end and last step, probes and controls
+    full = table.filter(pl.col("method") == "full")
+    assert (full["n_removed"] == 0).all() and (full["change"] == 0).all()
+    assert full["weight_diff"].max() <= 1e-5  # the full replay reproduces the logged checkpoints
+    for seed in cfg["seeds"]:
+        rollouts = pl.read_parquet(out / f"seed{seed}" / "rollouts.parquet")
+        oracle = table.filter((pl.col("seed") == seed) & (pl.col("method") == "oracle"))
+        assert (oracle["n_removed_gt"] == int(rollouts["boosted"].sum())).all()
+        removed = set(oracle["removed_ids"][0].to_list())
+        assert removed == set(rollouts.filter(pl.col("boosted"))["rollout_id"].to_list())
+        gas = table.filter((pl.col("seed") == seed) & (pl.col("method") == "gas"))["removed_ids"][0].to_list()
+        scores = pl.read_parquet(out / f"seed{seed}" / "scores" / "gas" / "draw0_in_context.parquet")
+        cutoff = scores.filter(pl.col("rollout_id").is_in(gas))["score"].min()
+        assert (scores.filter(~pl.col("rollout_id").is_in(gas))["score"] <= cutoff).all()
+
+
+def test_figures_are_real_images(out):
+    for name in ("behavior_rates", "lift", "within_group_auc", "token_alignment", "replay"):
+        image = np.asarray(Image.open(out / "figures" / f"{name}.png").convert("L"))
+        assert image.shape[0] > 200 and image.shape[1] > 300
+        assert image.std() > 10  # not a blank canvas
+
+
+def test_markdown_tables_become_html_tables():
+    html = markdown_to_html("# T\n\nsome `code`\n\n| a | b |\n|---|---|\n| 1 | **x** |\n\n- one\n- two\n", "t")
+    assert "<h1>T</h1>" in html and "<code>code</code>" in html
+    assert "<thead><tr><th>a</th><th>b</th></tr></thead>" in html and "<td><strong>x</strong></td>" in html
+    assert "<ul><li>one</li><li>two</li></ul>" in html
+
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--virtual-time-budget=15000", "--window-size=1400,1000"]
+
+
+def test_report_renders_in_headless_chromium(finished_run, tmp_path):
+    workdir, _ = finished_run
+    report = workdir / "results" / "wf" / "report.html"
+    res = snakemake(workdir, "--report", str(report))
+    assert res.returncode == 0, res.stderr[-3000:]
+    text = report.read_text()
+    # Self-contained: every result is embedded, captions included.
+    for needle in ("checklist.html", "lift.png", "The attribution checklist", "Token-level alignment"):
+        assert needle in text
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Chromium is not installed (make test installs Debian's chromium package)"
+    shot = tmp_path / "report.png"
+    profile = tmp_path / "profile"
+    run = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}",
+                          report.as_uri()], capture_output=True, text=True, timeout=180)
+    assert shot.exists(), run.stderr[-2000:]
+    image = np.asarray(Image.open(shot).convert("L"))
+    assert image.shape == (1000, 1400) and image.std() > 5
+    dom = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", report.as_uri()],
+                         capture_output=True, text=True, timeout=180).stdout
+    assert "BehaviorTrace" in dom  # the report's own page rendered, not an error page
+    shutil.copy(shot, workdir / "results" / "wf" / "report_screenshot.png")
