@@ -43,6 +43,9 @@ def test_default_and_paper_configs_are_valid():
     ("placebo.seeds", [], "placebo.seeds = []: placebo.enabled is true but no seed is listed"),
     ("checklist.fluency_strata", ["nowhere"], "checklist.fluency_strata.0 = 'nowhere'"),
     ("checklist.min_behavior_gap", 1.5, "checklist.min_behavior_gap = 1.5"),
+    ("replay.estimators", ["gas", "nosuch"], "replay.estimators: 'nosuch' is not under estimators"),
+    ("replay.draw", 2, "replay.draw = 2: only 2 draws"),
+    ("replay.k_percent", [0], "replay.k_percent.0 = 0"),
 ])
 def test_bad_values_name_key_and_value(path, value, expected):
     with pytest.raises(ConfigError) as err:
@@ -101,6 +104,6 @@ def test_paper_dag_lists_every_job_without_loading_a_model():
     # Three seeds plus the placebo run of seed 0.
     for rule, count in (("plant_data", 1), ("base_model", 1), ("train_grpo", 4), ("behavior", 4),
                         ("training_summary", 1), ("sketch", 40), ("targets", 8), ("headroom", 1), ("score", 88),
-                        ("evaluate", 8), ("aggregate", 1), ("figures", 1)):
+                        ("evaluate", 8), ("aggregate", 1), ("figures", 1), ("replay", 30), ("replay_table", 1)):
         assert any(line.split() == [rule, str(count)] for line in out.splitlines()), (rule, out[-2000:])
     assert "results/paper/seed2/rollouts.parquet" in out and "results/paper/placebo0/rollouts.parquet" in out
