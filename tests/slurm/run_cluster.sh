@@ -129,13 +129,13 @@ if [ "$need_install" = 1 ]; then
             || { show_log /tmp/bt-slurm-apt.log; die "apt-get install ${pkgs[*]} failed"; }
     fi
     if [ "$POLICY_WRITTEN" = 1 ]; then rm -f /usr/sbin/policy-rc.d; POLICY_WRITTEN=0; fi
-    say "installed: $(slurmctld -V), $(munged --version 2>&1 | head -n 1)"
+    say "installed: $(slurmctld -V), $(munged --version 2>&1 | sed -n 1p)"
 else
     say "SLURM is installed: $(slurmctld -V)"
 fi
 id munge >/dev/null 2>&1 || die "no 'munge' user (the munge package creates it)"
 
-if [ -f "$CONF" ] && timeout 5 scontrol ping 2>/dev/null | grep -q "is UP"; then
+if [ -f "$CONF" ] && timeout 5 scontrol ping 2>/dev/null | grep "is UP" >/dev/null; then
     die "a SLURM controller already answers for $CONF; this script starts its own cluster and will not disturb that one"
 fi
 
@@ -168,7 +168,7 @@ say "munged is up (pid $MUNGED_PID)"
 
 # ---------------------------------------------------------------------------------------------------
 HOST=$(hostname -s)
-NODE_LINE=$(slurmd -C | head -n 1)          # NodeName=<host> CPUs=... RealMemory=... as slurmd sees them
+NODE_LINE=$(slurmd -C | sed -n 1p)  # NodeName=<host> CPUs=... RealMemory=... as slurmd sees them
 CPUS=$(sed -n 's/.* CPUs=\([0-9]*\).*/\1/p' <<< "$NODE_LINE")
 MEM=$(sed -n 's/.* RealMemory=\([0-9]*\).*/\1/p' <<< "$NODE_LINE")
 [ -n "$CPUS" ] && [ -n "$MEM" ] || die "could not read CPUs and memory from 'slurmd -C': $NODE_LINE"
@@ -221,11 +221,11 @@ say "starting slurmctld"
 slurmctld -D > "$TMP/log/slurmctld.out" 2>&1 < /dev/null &
 SLURMCTLD_PID=$!
 for _ in $(seq 50); do
-    scontrol ping 2>/dev/null | grep -q "is UP" && break
+    scontrol ping 2>/dev/null | grep "is UP" >/dev/null && break
     kill -0 "$SLURMCTLD_PID" 2>/dev/null || { show_log "$TMP/log/slurmctld.out"; show_log "$TMP/log/slurmctld.log"; die "slurmctld exited"; }
     sleep 0.2
 done
-scontrol ping | grep -q "is UP" || { show_log "$TMP/log/slurmctld.log"; die "slurmctld does not answer"; }
+scontrol ping | grep "is UP" >/dev/null || { show_log "$TMP/log/slurmctld.log"; die "slurmctld does not answer"; }
 say "slurmctld is up (pid $SLURMCTLD_PID)"
 
 say "starting slurmd"
