@@ -32,7 +32,9 @@ def prepare(work: Path, profile_dir: Path, cpus: int, mem_mb: int) -> None:
     cfg = small_config()
     cfg.update(run=RUN, seeds=[0])
     cfg["planting"]["fraction"] = 1.0  # enough boosted rollouts in six steps for every metric
-    cfg["targets"]["draws"] = 1  # one draw: every rule still runs, with half the score jobs
+    # One draw and one target kind: every rule and estimator still runs, with a third of the score jobs.
+    cfg["targets"]["draws"] = 1
+    cfg["evaluation"]["targets"] = ["in_context"]
     # Where the workflow has them: no placebo arm (it would double the run) and the fewest replays.
     if "placebo" in cfg:
         cfg["placebo"]["enabled"] = False
