@@ -1,11 +1,12 @@
 # Two commands do all set-up on a fresh machine (Python 3.11+):
 #   make run    builds .venv if needed, runs the default pipeline (snakemake --cores all) and builds
 #               its HTML report (results/default/report.html)
-#   make test   builds .venv if needed, then runs the test suite
+#   make test   builds .venv if needed, installs Chromium if missing, runs the test suite, then the
+#               SLURM check (needs root and apt-get: it installs SLURM and munge from Debian)
 VENV ?= .venv
 PYTHON ?= python3
 
-.PHONY: run test clean-results browser
+.PHONY: run test pytest test-slurm clean-results browser
 
 run: $(VENV)/.installed
 	$(VENV)/bin/snakemake --cores all
@@ -13,6 +14,16 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed browser
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
+	VENV=$(VENV) tests/slurm/run_cluster.sh
+
+# The test suite alone.
+pytest: $(VENV)/.installed browser
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
+
+# A reduced pipeline on a throwaway single-node SLURM cluster on this machine (installs and starts
+# SLURM and munge; needs root and apt-get). See tests/slurm/run_cluster.sh.
+test-slurm: $(VENV)/.installed
+	VENV=$(VENV) tests/slurm/run_cluster.sh
 
 # Headless Chromium renders the HTML report in a test (Debian's package; needs root or sudo once).
 browser:
