@@ -14,7 +14,8 @@ import numpy as np
 import polars as pl
 
 PLANTED, PLACEBO = "planted", "placebo"
-CONTROLS = ("norm", "fluency", "random")
+# Rows of the metrics table that are not estimators: GT counts and behavior-token cosines.
+NOT_ESTIMATORS = ("ground_truth", "behavior_tokens")
 # Metrics of the summary: (metric, levels it exists at, heading).
 SUMMARY_METRICS = [
     ("lift", ("step", "step_summed", "rollout"), "Lift (precision at |GT| / chance)"),
@@ -36,6 +37,12 @@ def judged(metrics: pl.DataFrame, target: str, stratum: str = "all", arm: str = 
     """The rows a verdict reads: one arm and stratum, targeted estimators at `target`, controls at none."""
     return metrics.filter((pl.col("arm") == arm) & (pl.col("stratum") == stratum)
                           & pl.col("target").is_in([target, "none"]))
+
+
+def estimators_of(metrics: pl.DataFrame) -> list[str]:
+    """The estimators evaluated on the planted run."""
+    names = metrics.filter(pl.col("arm") == PLANTED)["estimator"].unique().to_list()
+    return sorted(set(names) - set(NOT_ESTIMATORS))
 
 
 def per_seed(metrics: pl.DataFrame) -> pl.DataFrame:
@@ -134,8 +141,7 @@ def beats_table(metrics: pl.DataFrame, estimator: str, control: str, level: str,
     est = rows.filter((pl.col("estimator") == estimator) & (pl.col("level") == level))
     levels = ["step", "step_summed"] if level == "step" else [level]
     ctl = (rows.filter((pl.col("estimator") == control) & pl.col("level").is_in(levels))
-           .group_by(["seed", "draw"]).agg(pl.col("ci_high").max().alias("control_high"),
-                                            pl.col("value").max().alias("control_value")))
+           .group_by(["seed", "draw"]).agg(pl.col("ci_high").max().alias("control_high")))
     out = est.select("seed", "draw", "value", "ci_low", "ci_high").join(ctl, on=["seed", "draw"], how="inner")
     return out.with_columns(beats=pl.col("ci_low") > pl.col("control_high")).sort("seed", "draw")
 
@@ -145,8 +151,7 @@ def seed_stability(metrics: pl.DataFrame, target: str, stratum: str, comparisons
     """On how many seeds each estimator beats each control (non-overlapping intervals on every draw).
 
     `comparisons`: (name, control, level, metric)."""
-    estimators = sorted(set(judged(metrics, target, stratum)["estimator"].to_list()) - {"ground_truth",
-                                                                                          "behavior_tokens"})
+    estimators = estimators_of(metrics)
     seeds = sorted(metrics.filter(pl.col("arm") == PLANTED)["seed"].unique().to_list())
     rows = []
     for est in estimators:

@@ -8,12 +8,13 @@ experiment can support any claim; they get the same verdict on every estimator's
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 import polars as pl
 
-from .aggregate import PLACEBO, PLANTED, beats_table, judged, markdown_table
+from .aggregate import PLACEBO, PLANTED, beats_table, estimators_of, judged, markdown_table
+from .replaytable import window_end_probes
 
 PASS, FAIL, NA = "pass", "fail", "n/a"
 ITEMS = {
@@ -55,6 +56,17 @@ def _ci(row: dict) -> str:
 
 def _all(flags) -> str:
     return PASS if all(flags) else FAIL
+
+
+def _cells(rows: pl.DataFrame):
+    """(seed, draw, {(level, metric): row}) for each seed and draw of `rows`."""
+    for (seed, draw), grp in rows.group_by(["seed", "draw"], maintain_order=True):
+        yield seed, draw, {(r["level"], r["metric"]): r for r in grp.iter_rows(named=True)}
+
+
+def _resid_auc(metrics: pl.DataFrame, est: str, target: str, stratum: str) -> pl.DataFrame:
+    return judged(metrics, target, stratum).filter((pl.col("estimator") == est) & (pl.col("level") == "rollout")
+                                                   & (pl.col("metric") == "within_group_auc_fluency_resid"))
 
 
 # Run-level items -------------------------------------------------------------------------------------------
@@ -101,8 +113,7 @@ def random_at_chance(metrics: pl.DataFrame) -> Verdict:
     if not rows.height:
         return Verdict(NA, "the random control is not configured")
     checks, failed = 0, []
-    for (seed, draw), grp in rows.group_by(["seed", "draw"], maintain_order=True):
-        m = {(r["level"], r["metric"]): r for r in grp.iter_rows(named=True)}
+    for seed, draw, m in _cells(rows):
         needed = [("rollout", "lift"), ("rollout", "auroc"), ("step", "lift"), ("step", "lift_chance_band")]
         if any(key not in m for key in needed):
             continue
@@ -152,8 +163,7 @@ def beats(metrics: pl.DataFrame, est: str, control: str, level: str, metric: str
 
 
 def survives_residualization(metrics: pl.DataFrame, est: str, target: str, stratum: str) -> Verdict:
-    rows = judged(metrics, target, stratum).filter((pl.col("estimator") == est) & (pl.col("level") == "rollout")
-                                                    & (pl.col("metric") == "within_group_auc_fluency_resid"))
+    rows = _resid_auc(metrics, est, target, stratum)
     if not rows.height:
         return Verdict(NA, "no residualized within-group AUC")
     worst = rows.sort("ci_low").row(0, named=True)
@@ -176,9 +186,7 @@ def stable_across_draws(stability: pl.DataFrame, est: str, target: str, min_corr
 
 
 def stable_across_seeds(metrics: pl.DataFrame, est: str, target: str, stratum: str, max_sd: float) -> Verdict:
-    rows = judged(metrics, target, stratum).filter((pl.col("estimator") == est) & (pl.col("level") == "rollout")
-                                                    & (pl.col("metric") == "within_group_auc_fluency_resid"))
-    by_seed = rows.group_by("seed").agg(pl.col("value").mean(), (pl.col("ci_low") > 0.5).all().alias("above"))
+    by_seed = _resid_auc(metrics, est, target, stratum).group_by("seed").agg(pl.col("value").mean(), (pl.col("ci_low") > 0.5).all().alias("above"))
     if by_seed.height < 2:
         return Verdict(NA, "fewer than two seeds")
     sd = float(by_seed["value"].std())
@@ -197,8 +205,7 @@ def placebo_no_enrichment(metrics: pl.DataFrame, est: str, target: str, stratum:
     if not rows.height:
         return Verdict(NA, "the placebo run has no rollout that would have been boosted, nothing to test")
     bad, cells = [], 0
-    for (seed, draw), grp in rows.group_by(["seed", "draw"], maintain_order=True):
-        m = {(r["level"], r["metric"]): r for r in grp.iter_rows(named=True)}
+    for seed, draw, m in _cells(rows):
         auc, step, band = (m.get(("rollout", "within_group_auc")), m.get(("step", "lift")),
                            m.get(("step", "lift_chance_band")))
         cells += 1
@@ -215,17 +222,9 @@ def placebo_no_enrichment(metrics: pl.DataFrame, est: str, target: str, stratum:
 
 # Assembly -------------------------------------------------------------------------------------------------
 
-def estimators_of(metrics: pl.DataFrame) -> list[str]:
-    names = metrics.filter(pl.col("arm") == PLANTED)["estimator"].unique().to_list()
-    return sorted(set(names) - {"ground_truth", "behavior_tokens"})
-
-
-def replay_beats_random(replay: pl.DataFrame, est: str) -> Verdict:
-    """From the replay table: the estimator's change in probe rate at the window's end against the random
-    removals' most negative change, per seed and k."""
-    from .replaytable import summary
-
-    s = summary(replay).filter((pl.col("checkpoint") == "window_end") & (pl.col("prompt_set") == "probes"))
+def replay_beats_random(s: pl.DataFrame, est: str) -> Verdict:
+    """From the replay summary at the window's end on probes: the estimator's change in probe rate against
+    the random removals' most negative change, per seed and k."""
     mine = s.filter(pl.col("method") == est)
     if not mine.height:
         return Verdict(NA, "not replayed (replay.estimators)")
@@ -249,6 +248,7 @@ def build(metrics: pl.DataFrame, training: pl.DataFrame, shards: list[dict], sta
         "random_at_chance": random_at_chance(metrics),
         "gt_unfindable_reported": gt_unfindable(metrics, cfg["max_unfindable_share"]),
     }
+    replayed = window_end_probes(replay)
     table = {}
     for est in estimators_of(metrics):
         row = {
@@ -261,7 +261,7 @@ def build(metrics: pl.DataFrame, training: pl.DataFrame, shards: list[dict], sta
                                                        cfg["max_draw_spread"]),
             "stable_across_seeds": stable_across_seeds(metrics, est, target, stratum, cfg["max_seed_sd"]),
             "placebo_no_enrichment": placebo_no_enrichment(metrics, est, target, stratum),
-            "replay_beats_random": replay_beats_random(replay, est),
+            "replay_beats_random": replay_beats_random(replayed, est),
         }
         table[est] = {item: (run_level | row)[item] for item in ITEMS}
     return table
@@ -300,5 +300,5 @@ def to_markdown(table: dict[str, dict[str, Verdict]], cfg: dict, run: str) -> st
 
 
 def verdict_counts(table: dict[str, dict[str, Verdict]]) -> dict[str, int]:
-    flat = [v.verdict for row in table.values() for v in row.values()]
-    return {k: int(np.sum([f == k for f in flat])) for k in (PASS, FAIL, NA)}
+    counts = Counter(v.verdict for row in table.values() for v in row.values())
+    return {k: counts[k] for k in (PASS, FAIL, NA)}

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
 from .aggregate import PLANTED, judged  # noqa: E402
+from .replaytable import window_end_probes  # noqa: E402
 
 DPI = 110
 
@@ -136,9 +137,7 @@ def token_alignment(metrics: pl.DataFrame, path: Path) -> None:
 
 def replay(table: pl.DataFrame, path: Path) -> None:
     """Change in the probe behavior rate at the window's end when each set is left out, per seed."""
-    from .replaytable import summary
-
-    s = summary(table).filter((pl.col("checkpoint") == "window_end") & (pl.col("prompt_set") == "probes"))
+    s = window_end_probes(table)
     pcts = sorted(s["pct"].unique().to_list()) or [100]
     fig, axes = plt.subplots(1, len(pcts), figsize=(7 * len(pcts), 3.8), squeeze=False)
     for ax, pct in zip(axes[0], pcts):

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 
 from .aggregate import markdown_table
-from .io import atomic_write_parquet, atomic_write_text
+from .io import atomic_write_parquet
 
 KEYS = ["seed", "checkpoint", "step", "prompt_set"]
 
@@ -31,6 +31,11 @@ def summary(table: pl.DataFrame) -> pl.DataFrame:
             .agg(pl.col("behavior_rate").mean(), pl.col("change").mean(), pl.col("change").min().alias("change_low"),
                  pl.col("change").max().alias("change_high"), pl.col("n_removed_gt").mean(), pl.len().alias("reps"))
             .sort("seed", "pct", "checkpoint", "prompt_set", "method"))
+
+
+def window_end_probes(table: pl.DataFrame) -> pl.DataFrame:
+    """The summary rows the causal check reads: the probe behavior rate at the window's end."""
+    return summary(table).filter((pl.col("checkpoint") == "window_end") & (pl.col("prompt_set") == "probes"))
 
 
 def to_markdown(table: pl.DataFrame) -> str:
@@ -59,10 +64,8 @@ def to_markdown(table: pl.DataFrame) -> str:
 
 
 def write_replay_table(files: list[Path], out: Path, markdown: Path, html: Path) -> None:
-    from .reporting import markdown_to_html
+    from .reporting import write_md_and_html
 
     table = replay_table(files)
     atomic_write_parquet(table, out)
-    text = to_markdown(table)
-    atomic_write_text(text, markdown)
-    atomic_write_text(markdown_to_html(text, "Leave-out replay"), html)
+    write_md_and_html(to_markdown(table), markdown, html, "Leave-out replay")

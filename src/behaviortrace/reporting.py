@@ -52,12 +52,10 @@ def write_aggregate(*, run: str, metric_files: list[tuple[str, Path]], score_fil
     metrics = collect_metrics(metric_files)
     log.info("%d metric rows from %d files", metrics.height, len(metric_files))
     atomic_write_parquet(metrics, outputs["metrics"])
-    tmp_csv = outputs["csv"].with_name(f".{outputs['csv'].name}.tmp")
-    metrics.write_csv(tmp_csv)
-    tmp_csv.replace(outputs["csv"])
+    atomic_write_text(metrics.write_csv(), outputs["csv"])
 
     summary = summary_markdown(metrics, SUMMARY_STRATA)
-    _write_md_and_html(summary, outputs["summary"], outputs["summary_html"], f"Summary — {run}")
+    write_md_and_html(summary, outputs["summary"], outputs["summary_html"], f"Summary — {run}")
 
     log.info("rank correlations between draws over %d score files", len(score_files))
     cfg = checklist_cfg
@@ -70,17 +68,17 @@ def write_aggregate(*, run: str, metric_files: list[tuple[str, Path]], score_fil
     ])
     atomic_write_parquet(draws, outputs["draw_stability"])
     atomic_write_parquet(seeds, outputs["seed_stability"])
-    _write_md_and_html(stability_markdown(draws, seeds, cfg), outputs["stability_md"], outputs["stability_html"],
+    write_md_and_html(stability_markdown(draws, seeds, cfg), outputs["stability_md"], outputs["stability_html"],
                        f"Stability — {run}")
 
     table = C.build(metrics, pl.read_parquet(training), shard_checks(shards), draws, pl.read_parquet(replay), cfg)
     atomic_write_text(C.to_json(table, cfg), outputs["checklist_json"])
-    _write_md_and_html(C.to_markdown(table, cfg, run), outputs["checklist"], outputs["checklist_html"],
+    write_md_and_html(C.to_markdown(table, cfg, run), outputs["checklist"], outputs["checklist_html"],
                        f"Checklist — {run}")
     log.info("checklist: %s", C.verdict_counts(table))
 
 
-def _write_md_and_html(text: str, md_path: Path, html_path: Path, title: str) -> None:
+def write_md_and_html(text: str, md_path: Path, html_path: Path, title: str) -> None:
     atomic_write_text(text, md_path)
     atomic_write_text(markdown_to_html(text, title), html_path)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from .aggregate import markdown_table
+
 
 def _rate(behavior: pl.DataFrame, step: int, prompt_set: str) -> float:
     row = behavior.filter((pl.col("step") == step) & (pl.col("prompt_set") == prompt_set))
@@ -41,8 +43,4 @@ def seed_summary(rollouts: pl.DataFrame, behavior: pl.DataFrame, window: list[in
 
 
 def to_markdown(df: pl.DataFrame) -> str:
-    cols = df.columns
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in df.iter_rows():
-        lines.append("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row) + " |")
-    return "\n".join(lines) + "\n"
+    return markdown_table(df.columns, [list(row) for row in df.iter_rows()])

@@ -33,7 +33,7 @@ DRAWS = list(range(config["targets"]["draws"]))
 GPU = 1 if config["model"]["name"] != "tiny" else 0
 
 
-def per_seed(pattern, arms=("seed", "placebo"), **more):
+def seed_paths(pattern, arms=("seed", "placebo"), **more):
     """`pattern` (with {arm} and {seed}) expanded over the trained arms and seeds (and `more` wildcards)."""
     return [p for arm, seed in ARM_SEEDS if arm in arms for p in expand(pattern, arm=arm, seed=seed, **more)]
 

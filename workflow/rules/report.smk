@@ -11,22 +11,21 @@ REPORT_OUTPUTS = [
 ]
 
 
-def metric_files(wildcards=None):
-    return per_seed(f"{OUT}/{{arm}}{{seed}}/metrics/draw{{draw}}.parquet", draw=DRAWS)
-
-
-def planted_score_files(wildcards=None):
-    """Rollout scores of the planted seeds, for the rank correlation between draws."""
-    return [f"{OUT}/seed{s}/scores/{e}/draw{d}_{t}.parquet" for s in SEEDS for e, t in SCORE_KEYS for d in DRAWS]
+# Every metrics file with its arm, and the planted seeds' rollout scores (for the rank correlation between
+# draws) with their (seed, estimator, target, draw): the script gets the keys beside the paths.
+METRIC_FILES = [(ARM_NAMES[arm], f"{OUT}/{arm}{seed}/metrics/draw{draw}.parquet")
+                for arm, seed in ARM_SEEDS for draw in DRAWS]
+SCORE_FILES = {(s, e, t, d): f"{OUT}/seed{s}/scores/{e}/draw{d}_{t}.parquet"
+               for s in SEEDS for e, t in SCORE_KEYS for d in DRAWS}
 
 
 rule aggregate:
     input:
-        metrics=metric_files,
-        scores=planted_score_files,
+        metrics=[path for _, path in METRIC_FILES],
+        scores=list(SCORE_FILES.values()),
         training=f"{TABLES}/training.parquet",
         replay=f"{TABLES}/replay.parquet",
-        shards=per_seed(f"{OUT}/{{arm}}{{seed}}/sketch/shard{{shard}}.zarr", arms=("seed",), shard=SHARDS),
+        shards=seed_paths(f"{OUT}/{{arm}}{{seed}}/sketch/shard{{shard}}.zarr", arms=("seed",), shard=SHARDS),
     output:
         metrics=f"{TABLES}/metrics.parquet",
         csv=report(f"{TABLES}/metrics.csv", caption="../report/metrics.rst", category="3. Tables"),
@@ -41,10 +40,8 @@ rule aggregate:
         checklist_html=report(f"{OUT}/checklist.html", caption="../report/checklist.rst", category="1. Checklist"),
     params:
         run=RUN,
-        arms=[ARM_NAMES[arm] for arm, _ in ARM_SEEDS for _ in DRAWS],  # one per metrics file, in order
-        seeds=SEEDS,
-        draws=DRAWS,
-        score_keys=SCORE_KEYS,
+        arms=[arm for arm, _ in METRIC_FILES],
+        score_keys=list(SCORE_FILES),
         checklist=config["checklist"],
     threads: 1
     conda:
@@ -58,7 +55,7 @@ rule aggregate:
 rule figures:
     input:
         metrics=f"{TABLES}/metrics.parquet",
-        behavior=per_seed(f"{OUT}/{{arm}}{{seed}}/behavior.parquet"),
+        behavior=seed_paths(f"{OUT}/{{arm}}{{seed}}/behavior.parquet"),
         replay=f"{TABLES}/replay.parquet",
     output:
         **{name: report(f"{FIGURES}/{name}.png", caption=f"../report/{name}.rst", category="2. Figures")

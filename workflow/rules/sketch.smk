@@ -59,7 +59,7 @@ rule targets:
 
 rule headroom:
     input:
-        per_seed(f"{OUT}/{{arm}}{{seed}}/targets/draw{{draw}}_rates.parquet", arms=("seed",), draw=DRAWS),
+        seed_paths(f"{OUT}/{{arm}}{{seed}}/targets/draw{{draw}}_rates.parquet", arms=("seed",), draw=DRAWS),
     output:
         table=f"{OUT}/tables/headroom.parquet",
         markdown=f"{OUT}/tables/headroom.md",

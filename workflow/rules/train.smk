@@ -49,8 +49,8 @@ rule behavior:
 
 rule training_summary:
     input:
-        rollouts=per_seed(f"{OUT}/{{arm}}{{seed}}/rollouts.parquet"),
-        behavior=per_seed(f"{OUT}/{{arm}}{{seed}}/behavior.parquet"),
+        rollouts=seed_paths(f"{OUT}/{{arm}}{{seed}}/rollouts.parquet"),
+        behavior=seed_paths(f"{OUT}/{{arm}}{{seed}}/behavior.parquet"),
     output:
         table=f"{OUT}/tables/training.parquet",
         markdown=f"{OUT}/tables/training.md",

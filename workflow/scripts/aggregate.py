@@ -8,12 +8,8 @@ from behaviortrace.reporting import write_aggregate
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
 p = sm.params
-score_files = {}
-paths = iter(sm.input.scores)
-for seed in p.seeds:
-    for estimator, target in p.score_keys:
-        for draw in p.draws:
-            score_files[(seed, estimator, target, draw)] = Path(next(paths))
-write_aggregate(run=p.run, metric_files=list(zip(p.arms, map(Path, sm.input.metrics))), score_files=score_files,
-                training=Path(sm.input.training), replay=Path(sm.input.replay), shards=[Path(s) for s in sm.input.shards], checklist_cfg=p.checklist,
+write_aggregate(run=p.run, metric_files=list(zip(p.arms, map(Path, sm.input.metrics))),
+                score_files={tuple(key): Path(path) for key, path in zip(p.score_keys, sm.input.scores)},
+                training=Path(sm.input.training), replay=Path(sm.input.replay),
+                shards=[Path(s) for s in sm.input.shards], checklist_cfg=p.checklist,
                 outputs={k: Path(v) for k, v in sm.output.items()})
