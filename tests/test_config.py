@@ -43,6 +43,7 @@ def test_default_and_paper_configs_are_valid():
     ("placebo.seeds", [], "placebo.seeds = []: placebo.enabled is true but no seed is listed"),
     ("checklist.fluency_strata", ["nowhere"], "checklist.fluency_strata.0 = 'nowhere'"),
     ("checklist.min_behavior_gap", 1.5, "checklist.min_behavior_gap = 1.5"),
+    ("checklist.min_oracle_drop", -0.1, "checklist.min_oracle_drop = -0.1"),
     ("replay.estimators", ["gas", "nosuch"], "replay.estimators: 'nosuch' is not under estimators"),
     ("replay.draw", 2, "replay.draw = 2: only 2 draws"),
     ("replay.k_percent", [0], "replay.k_percent.0 = 0"),

@@ -170,6 +170,24 @@ def test_replay_table_covers_every_seed_and_removal(finished_run, out):
         assert (scores.filter(~pl.col("rollout_id").is_in(gas))["score"] <= cutoff).all()
 
 
+def test_replay_has_power_verdict_recomputed(finished_run, out, checklist):
+    _, cfg = finished_run
+    rows = [r for r in pl.read_parquet(out / "tables" / "replay.parquet").iter_rows(named=True)
+            if r["checkpoint"] == "window_end" and r["prompt_set"] == "probes"]
+    full = {r["seed"]: r["behavior_rate"] for r in rows if r["method"] == "full"}
+    ok = []
+    for seed in cfg["seeds"]:
+        for pct in cfg["replay"]["k_percent"]:
+            oracle = [r["behavior_rate"] - full[seed] for r in rows
+                      if (r["seed"], r["method"], r["pct"]) == (seed, "oracle", pct)]
+            random = [r["behavior_rate"] - full[seed] for r in rows
+                      if (r["seed"], r["method"], r["pct"]) == (seed, "random", pct)]
+            assert len(oracle) == 1 and len(random) == cfg["replay"]["random_repeats"]
+            ok.append(oracle[0] <= -cfg["checklist"]["min_oracle_drop"] and oracle[0] < min(random))
+    verdicts = {row["replay_has_power"]["verdict"] for row in checklist["estimators"].values()}
+    assert verdicts == {"pass" if all(ok) else "fail"}
+
+
 def test_figures_are_real_images(out):
     for name in ("behavior_rates", "lift", "within_group_auc", "token_alignment", "replay"):
         image = np.asarray(Image.open(out / "figures" / f"{name}.png").convert("L"))

@@ -1,8 +1,9 @@
 """The attribution checklist: each estimator against each item, pass / fail / n/a, with the numbers behind
 every verdict. Thresholds come from the config's `checklist` section and are printed with the checklist.
 
-Run-level items (the sketch, the behavior, headroom, the random control, unfindable GT) say whether the
-experiment can support any claim; they get the same verdict on every estimator's row.
+Run-level items (the sketch, the behavior, headroom, the random control, unfindable GT, the power of the
+leave-out replay) say whether the experiment can support any claim; they get the same verdict on every
+estimator's row.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ ITEMS = {
                              "interval not above 0.5 and step lift not above the permutation band",
     "gt_unfindable_reported": "GT rollouts unfindable by construction (advantage 0) are counted, and their share "
                               "is small",
+    "replay_has_power": "The causal check has power: leaving out the GT set and retraining lowers the probe behavior "
+                        "rate at the window's end by at least the threshold, and more than every removal of as "
+                        "many rollouts at random, on every seed and k",
     "replay_beats_random": "Removing its top-k rollouts and retraining lowers the probe behavior rate at the "
                            "window's end more than every removal of k rollouts at random, on every seed and k",
 }
@@ -220,6 +224,22 @@ def placebo_no_enrichment(metrics: pl.DataFrame, est: str, target: str, stratum:
     return Verdict(FAIL, "; ".join(bad), {"cells": cells, "enriched": bad})
 
 
+def replay_has_power(s: pl.DataFrame, min_drop: float) -> Verdict:
+    """From the replay summary at the window's end on probes: the oracle's change in probe rate against
+    the threshold and against the random removals' most negative change, per seed and k. Without it the
+    estimators' replay item means nothing: a replay that any removal derails ranks every set as causal."""
+    oracle = s.filter(pl.col("method") == "oracle")
+    rand = s.filter(pl.col("method") == "random").select("seed", "pct", random_low=pl.col("change_low"))
+    both = oracle.join(rand, on=["seed", "pct"], how="inner").sort("seed", "pct")
+    if not both.height:
+        return Verdict(NA, "no oracle and random replays to compare")
+    ok = [(r["change"] <= -min_drop and r["change"] < r["random_low"]) for r in both.iter_rows(named=True)]
+    text = "; ".join(f"seed {r['seed']} k={r['pct']}%: oracle {r['change']:+.3f}, random lowest "
+                     f"{r['random_low']:+.3f}" for r in both.iter_rows(named=True))
+    return Verdict(_all(ok), f"{text} (oracle at most {-min_drop:+.2f} and below every random removal)",
+                   {"cells": len(ok), "with_power": int(sum(ok))})
+
+
 # Assembly -------------------------------------------------------------------------------------------------
 
 def replay_beats_random(s: pl.DataFrame, est: str) -> Verdict:
@@ -241,14 +261,15 @@ def build(metrics: pl.DataFrame, training: pl.DataFrame, shards: list[dict], sta
           replay: pl.DataFrame, cfg: dict) -> dict[str, dict[str, Verdict]]:
     """{estimator: {item: Verdict}} for every item in ITEMS."""
     target, stratum = cfg["target"], cfg["stratum"]
+    replayed = window_end_probes(replay)
     run_level = {
         "sketch_covers_parameters": sketch_covers(shards, cfg["max_self_check_error"]),
         "behavior_emerged": behavior_emerged(training, cfg["min_behavior_gap"]),
         "headroom": headroom(metrics, cfg["min_unsaturated_gt_share"]),
         "random_at_chance": random_at_chance(metrics),
         "gt_unfindable_reported": gt_unfindable(metrics, cfg["max_unfindable_share"]),
+        "replay_has_power": replay_has_power(replayed, cfg["min_oracle_drop"]),
     }
-    replayed = window_end_probes(replay)
     table = {}
     for est in estimators_of(metrics):
         row = {
