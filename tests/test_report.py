@@ -188,6 +188,22 @@ def test_replay_has_power_verdict_recomputed(finished_run, out, checklist):
     assert verdicts == {"pass" if all(ok) else "fail"}
 
 
+def test_replay_beats_random_verdict_recomputed(finished_run, out, checklist):
+    _, cfg = finished_run
+    rows = [r for r in pl.read_parquet(out / "tables" / "replay.parquet").iter_rows(named=True)
+            if r["checkpoint"] == "window_end" and r["prompt_set"] == "probes"]
+    beaten = []
+    for seed in cfg["seeds"]:
+        for pct in cfg["replay"]["k_percent"]:
+            gas = [r["change"] for r in rows if (r["seed"], r["method"], r["pct"]) == (seed, "gas", pct)]
+            random = [r["change"] for r in rows if (r["seed"], r["method"], r["pct"]) == (seed, "random", pct)]
+            beaten.append(gas[0] < min(random))
+    verdicts = {est: row["replay_beats_random"]["verdict"] for est, row in checklist["estimators"].items()}
+    assert verdicts["gas"] == ("pass" if all(beaten) else "fail")
+    assert verdicts["random"] == "n/a"  # its top k are a random removal: the baseline itself
+    assert verdicts["trak"] == "n/a"  # not under replay.estimators in the small config
+
+
 def test_figures_are_real_images(out):
     for name in ("behavior_rates", "lift", "within_group_auc", "token_alignment", "replay"):
         image = np.asarray(Image.open(out / "figures" / f"{name}.png").convert("L"))

@@ -245,6 +245,8 @@ def replay_has_power(s: pl.DataFrame, min_drop: float) -> Verdict:
 def replay_beats_random(s: pl.DataFrame, est: str) -> Verdict:
     """From the replay summary at the window's end on probes: the estimator's change in probe rate against
     the random removals' most negative change, per seed and k."""
+    if est == "random":  # its top k are k rollouts at random: the baseline itself
+        return Verdict(NA, "is the random baseline")
     mine = s.filter(pl.col("method") == est)
     if not mine.height:
         return Verdict(NA, "not replayed (replay.estimators)")
