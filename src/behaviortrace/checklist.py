@@ -240,8 +240,6 @@ def replay_has_power(s: pl.DataFrame, min_drop: float) -> Verdict:
                    {"cells": len(ok), "with_power": int(sum(ok))})
 
 
-# Assembly -------------------------------------------------------------------------------------------------
-
 def replay_beats_random(s: pl.DataFrame, est: str) -> Verdict:
     """From the replay summary at the window's end on probes: the estimator's change in probe rate against
     the random removals' most negative change, per seed and k."""
@@ -258,6 +256,8 @@ def replay_beats_random(s: pl.DataFrame, est: str) -> Verdict:
     return Verdict(_all(ok) if ok else NA, text or "no random replay to compare with", {"cells": len(ok),
                                                                                          "beaten": int(sum(ok))})
 
+
+# Assembly -------------------------------------------------------------------------------------------------
 
 def build(metrics: pl.DataFrame, training: pl.DataFrame, shards: list[dict], stability: pl.DataFrame,
           replay: pl.DataFrame, cfg: dict) -> dict[str, dict[str, Verdict]]:
