@@ -29,11 +29,13 @@ from behaviortrace import models
 from behaviortrace.behavior import behavior_rates
 from behaviortrace.device import resolve
 from behaviortrace.replay import random_k, replay_training
+from behaviortrace.targetstage import draw_seed
 
 
 def replay_rates(cfg: dict, run_dir: Path, seed: int, steps: int, every: int, removed: set[int], noise: float,
                  beta: float) -> list[float]:
-    """Probe behavior rate every `every` steps of a replay of the first `steps` steps."""
+    """Probe behavior rate every `every` steps of a replay of the first `steps` steps, sampled as the
+    replay rule samples (targets draw 0)."""
     dev = resolve({"device": "cpu", "dtype": "float32"})
     ckpts = json.loads((run_dir / f"seed{seed}" / "checkpoints.json").read_text())["checkpoints"]
     model, tokenizer = models.load(Path(next(c["path"] for c in ckpts if c["step"] == 0)), dev)
@@ -54,7 +56,7 @@ def replay_rates(cfg: dict, run_dir: Path, seed: int, steps: int, every: int, re
             with torch.no_grad():
                 row = behavior_rates(m, tokenizer, {"probes": probes}, cfg["planting"]["marker"],
                                      cfg["task"]["base_reward"], cfg["targets"]["samples_per_prompt"], sampling,
-                                     cfg["targets"]["seed"])[0]
+                                     draw_seed(cfg["targets"], 0))[0]
             m.train()
             rates.append(row["behavior_rate"])
 

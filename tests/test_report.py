@@ -170,10 +170,14 @@ def test_replay_table_covers_every_seed_and_removal(finished_run, out):
         assert (scores.filter(~pl.col("rollout_id").is_in(gas))["score"] <= cutoff).all()
 
 
+def _window_end_probe_rows(out) -> list[dict]:
+    return [r for r in pl.read_parquet(out / "tables" / "replay.parquet").iter_rows(named=True)
+            if r["checkpoint"] == "window_end" and r["prompt_set"] == "probes"]
+
+
 def test_replay_has_power_verdict_recomputed(finished_run, out, checklist):
     _, cfg = finished_run
-    rows = [r for r in pl.read_parquet(out / "tables" / "replay.parquet").iter_rows(named=True)
-            if r["checkpoint"] == "window_end" and r["prompt_set"] == "probes"]
+    rows = _window_end_probe_rows(out)
     full = {r["seed"]: r["behavior_rate"] for r in rows if r["method"] == "full"}
     ok = []
     for seed in cfg["seeds"]:
@@ -190,8 +194,7 @@ def test_replay_has_power_verdict_recomputed(finished_run, out, checklist):
 
 def test_replay_beats_random_verdict_recomputed(finished_run, out, checklist):
     _, cfg = finished_run
-    rows = [r for r in pl.read_parquet(out / "tables" / "replay.parquet").iter_rows(named=True)
-            if r["checkpoint"] == "window_end" and r["prompt_set"] == "probes"]
+    rows = _window_end_probe_rows(out)
     beaten = []
     for seed in cfg["seeds"]:
         for pct in cfg["replay"]["k_percent"]:

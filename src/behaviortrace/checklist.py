@@ -224,37 +224,41 @@ def placebo_no_enrichment(metrics: pl.DataFrame, est: str, target: str, stratum:
     return Verdict(FAIL, "; ".join(bad), {"cells": cells, "enriched": bad})
 
 
-def replay_has_power(s: pl.DataFrame, min_drop: float) -> Verdict:
-    """From the replay summary at the window's end on probes: the oracle's change in probe rate against
-    the threshold and against the random removals' most negative change, per seed and k. Without it the
-    estimators' replay item means nothing: a replay that any removal derails ranks every set as causal."""
-    oracle = s.filter(pl.col("method") == "oracle")
+def _against_random(s: pl.DataFrame, method: str) -> pl.DataFrame:
+    """Per seed and k, from the replay summary at the window's end on probes: the change in probe rate when
+    `method`'s set is left out, beside the most negative change of the random removals."""
     rand = s.filter(pl.col("method") == "random").select("seed", "pct", random_low=pl.col("change_low"))
-    both = oracle.join(rand, on=["seed", "pct"], how="inner").sort("seed", "pct")
+    return (s.filter(pl.col("method") == method).join(rand, on=["seed", "pct"], how="inner")
+            .with_columns(below_random=pl.col("change") < pl.col("random_low")).sort("seed", "pct"))
+
+
+def _replay_text(both: pl.DataFrame, name: str) -> str:
+    return "; ".join(f"seed {r['seed']} k={r['pct']}%: {name}{r['change']:+.3f} vs random lowest "
+                     f"{r['random_low']:+.3f}" for r in both.iter_rows(named=True))
+
+
+def replay_has_power(s: pl.DataFrame, min_drop: float) -> Verdict:
+    """The oracle's change against the threshold and against every random removal. Without it the
+    estimators' replay item means nothing: a replay that any removal derails ranks every set as causal."""
+    both = _against_random(s, "oracle")
     if not both.height:
         return Verdict(NA, "no oracle and random replays to compare")
-    ok = [(r["change"] <= -min_drop and r["change"] < r["random_low"]) for r in both.iter_rows(named=True)]
-    text = "; ".join(f"seed {r['seed']} k={r['pct']}%: oracle {r['change']:+.3f}, random lowest "
-                     f"{r['random_low']:+.3f}" for r in both.iter_rows(named=True))
-    return Verdict(_all(ok), f"{text} (oracle at most {-min_drop:+.2f} and below every random removal)",
-                   {"cells": len(ok), "with_power": int(sum(ok))})
+    ok = (both["below_random"] & (both["change"] <= -min_drop)).to_list()
+    return Verdict(_all(ok), f"{_replay_text(both, 'oracle ')} (oracle at most {-min_drop:+.2f} and below every "
+                   "random removal)", {"cells": len(ok), "with_power": int(sum(ok))})
 
 
 def replay_beats_random(s: pl.DataFrame, est: str) -> Verdict:
-    """From the replay summary at the window's end on probes: the estimator's change in probe rate against
-    the random removals' most negative change, per seed and k."""
+    """The estimator's change against every random removal."""
     if est == "random":  # its top k are k rollouts at random: the baseline itself
         return Verdict(NA, "is the random baseline")
-    mine = s.filter(pl.col("method") == est)
-    if not mine.height:
+    if not s.filter(pl.col("method") == est).height:
         return Verdict(NA, "not replayed (replay.estimators)")
-    rand = s.filter(pl.col("method") == "random").select("seed", "pct", random_low=pl.col("change_low"))
-    both = mine.join(rand, on=["seed", "pct"], how="inner").sort("seed", "pct")
-    ok = (both["change"] < both["random_low"]).to_list()
-    text = "; ".join(f"seed {r['seed']} k={r['pct']}%: {r['change']:+.3f} vs random lowest {r['random_low']:+.3f}"
-                     for r in both.iter_rows(named=True))
-    return Verdict(_all(ok) if ok else NA, text or "no random replay to compare with", {"cells": len(ok),
-                                                                                         "beaten": int(sum(ok))})
+    both = _against_random(s, est)
+    if not both.height:
+        return Verdict(NA, "no random replay to compare with")
+    ok = both["below_random"].to_list()
+    return Verdict(_all(ok), _replay_text(both, ""), {"cells": len(ok), "beaten": int(sum(ok))})
 
 
 # Assembly -------------------------------------------------------------------------------------------------
