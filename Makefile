@@ -1,20 +1,27 @@
 # Two commands do all set-up on a fresh machine (Python 3.11+):
 #   make run    builds .venv if needed, runs the default pipeline (snakemake --cores all) and builds
 #               its HTML report (results/default/report.html)
-#   make test   builds .venv if needed, installs Chromium if missing, runs the test suite, then the
-#               SLURM check (needs root and apt-get: it installs SLURM and munge from Debian)
+#   make test   builds .venv if needed, installs Chromium if missing, runs the linters, the test suite,
+#               then the SLURM check (needs root and apt-get: it installs SLURM and munge from Debian)
 VENV ?= .venv
 PYTHON ?= python3
 
-.PHONY: run test pytest test-slurm clean-results browser
+.PHONY: run test lint pytest test-slurm clean-results browser
 
 run: $(VENV)/.installed
 	$(VENV)/bin/snakemake --cores all
 	$(VENV)/bin/snakemake --report results/default/report.html
 
-test: $(VENV)/.installed browser
+test: lint $(VENV)/.installed browser
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
 	VENV=$(VENV) tests/slurm/run_cluster.sh
+
+# Style and workflow checks (ruff, snakefmt, Snakemake's own linter); fast, and part of make test.
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/snakefmt --check Snakefile workflow/rules
+	$(VENV)/bin/snakemake --lint
 
 # The test suite alone.
 pytest: $(VENV)/.installed browser

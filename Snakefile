@@ -1,6 +1,11 @@
 # BehaviorTrace: does training-data attribution find the GRPO rollouts that taught a planted behavior?
 # Run `snakemake --cores all` (defaults: config/config.yaml); see README.md.
 
+from snakemake.utils import min_version
+
+min_version("9.27")
+
+
 configfile: "config/config.yaml"
 
 
@@ -8,12 +13,16 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/data.smk"
+include: "workflow/rules/plant.smk"
+include: "workflow/rules/model.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/behavior.smk"
 include: "workflow/rules/sketch.smk"
+include: "workflow/rules/targets.smk"
+include: "workflow/rules/score.smk"
 include: "workflow/rules/evaluate.smk"
-include: "workflow/rules/report.smk"
 include: "workflow/rules/replay.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:

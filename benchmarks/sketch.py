@@ -32,9 +32,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from behaviortrace.rollout_loss import completion_logps, pad_batch, rollout_losses  # noqa: E402
-from behaviortrace.sketching import StepSketcher  # noqa: E402
-from behaviortrace.sketchmap import SketchMap  # noqa: E402
+from behaviortrace.config.sections import Grpo  # noqa: E402
+from behaviortrace.gradients.batch import completion_logps, pad_batch  # noqa: E402
+from behaviortrace.train.trl_surface import rollout_losses  # noqa: E402
+from behaviortrace.sketch.sketcher import StepSketcher  # noqa: E402
+from behaviortrace.sketch.maps import SketchMap  # noqa: E402
 
 MODELS = {  # Qwen2 shapes: the built-in tiny default, and one of about 30M parameters
     "tiny": dict(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -42,7 +44,9 @@ MODELS = {  # Qwen2 shapes: the built-in tiny default, and one of about 30M para
     "qwen2-30m": dict(vocab_size=8192, hidden_size=512, intermediate_size=1408, num_hidden_layers=8,
                       num_attention_heads=8, num_key_value_heads=2),
 }
-LOSS = {"temperature": 1.0, "loss_type": "dapo", "beta": 0.0, "max_new_tokens": 64}
+LOSS = Grpo(steps=1, prompts_per_step=1, num_generations=2, max_new_tokens=64, temperature=1.0, top_p=1.0, lr=1e-3,
+            lr_scheduler="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, loss_type="dapo", beta=0.0,
+            scale_rewards="group", save_every=1)
 
 
 def build(name: str):
@@ -78,7 +82,7 @@ def timed_together(fns: dict, repeats: int) -> dict[str, float]:
 def fwd_bwd(model, batch):
     model.zero_grad(set_to_none=True)
     n = batch["advantages"].shape[0]
-    rollout_losses(completion_logps(model, batch, 1.0), batch, "dapo", 0.0, LOSS["max_new_tokens"]).sum().backward()
+    rollout_losses(completion_logps(model, batch, 1.0), batch, "dapo", 0.0, LOSS.max_new_tokens).sum().backward()
     return n
 
 
@@ -90,7 +94,7 @@ def naive(model, batch, k: int, block: int = 2**20) -> torch.Tensor:
     for i in range(n):
         model.zero_grad(set_to_none=True)
         row = {key: v[i:i + 1] for key, v in batch.items()}
-        rollout_losses(completion_logps(model, row, 1.0), row, "dapo", 0.0, LOSS["max_new_tokens"],
+        rollout_losses(completion_logps(model, row, 1.0), row, "dapo", 0.0, LOSS.max_new_tokens,
                        num_items=num_items, n_rows=n).sum().backward()
         flats.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     grads = torch.stack(flats)
@@ -152,7 +156,7 @@ torch.set_num_threads({threads})
 import sketch as bench
 from pathlib import Path
 import numpy as np, polars as pl
-from behaviortrace.sketchstore import ShardWriter
+from behaviortrace.sketch.store import ShardWriter
 model = bench.build({model!r})
 sketcher = bench.sketcher_for(model, {method!r}, {k})
 steps, n = {steps}, {rollouts}

@@ -18,25 +18,27 @@ Usage (from the repository root, after `make run`):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
 import polars as pl
 import torch
-import yaml
 
-from behaviortrace import models
-from behaviortrace.behavior import behavior_rates
-from behaviortrace.device import resolve
-from behaviortrace.replay import random_k, replay_training
-from behaviortrace.targetstage import draw_seed
+from behaviortrace.behavior.rates import behavior_rates
+from behaviortrace.common.device import resolve
+from behaviortrace.config.load import load as load_config
+from behaviortrace.config.sections import Compute, Config
+from behaviortrace.model import models
+from behaviortrace.replay.removal import random_k
+from behaviortrace.replay.retrain import replay_training
 
 
-def replay_rates(cfg: dict, run_dir: Path, seed: int, steps: int, every: int, removed: set[int], noise: float,
+def replay_rates(cfg: Config, run_dir: Path, seed: int, steps: int, every: int, removed: set[int], noise: float,
                  beta: float) -> list[float]:
     """Probe behavior rate every `every` steps of a replay of the first `steps` steps, sampled as the
     replay rule samples (targets draw 0)."""
-    dev = resolve({"device": "cpu", "dtype": "float32"})
+    dev = resolve(Compute(device="cpu", dtype="float32"))
     ckpts = json.loads((run_dir / f"seed{seed}" / "checkpoints.json").read_text())["checkpoints"]
     model, tokenizer = models.load(Path(next(c["path"] for c in ckpts if c["step"] == 0)), dev)
     if noise:
@@ -47,20 +49,18 @@ def replay_rates(cfg: dict, run_dir: Path, seed: int, steps: int, every: int, re
     ref = models.load(run_dir / "base_model", dev)[0].eval() if beta else None
     rollouts = pl.read_parquet(run_dir / f"seed{seed}" / "rollouts.parquet").filter(pl.col("step") < steps)
     probes = pl.read_parquet(run_dir / "data" / "probe_prompts.parquet")
-    sampling = {k: cfg["grpo"][k] for k in ("max_new_tokens", "temperature", "top_p")}
     rates = []
 
     def measure(step: int, m) -> None:
         if step % every == 0:
             m.eval()
             with torch.no_grad():
-                row = behavior_rates(m, tokenizer, {"probes": probes}, cfg["planting"]["marker"],
-                                     cfg["task"]["base_reward"], cfg["targets"]["samples_per_prompt"], sampling,
-                                     draw_seed(cfg["targets"], 0))[0]
+                row = behavior_rates(m, tokenizer, {"probes": probes}, cfg.planting.marker, cfg.task.base_reward,
+                                     cfg.targets.samples_per_prompt, cfg.grpo.sampling, cfg.targets.draw_seed(0))[0]
             m.train()
             rates.append(row["behavior_rate"])
 
-    grpo = {**cfg["grpo"], "steps": steps, "beta": beta}
+    grpo = dataclasses.replace(cfg.grpo, steps=steps, beta=beta)
     replay_training(model, ref, rollouts, grpo, removed, dev, tokenizer.pad_token_id, measure)
     return rates
 
@@ -78,15 +78,15 @@ def main() -> None:
     ap.add_argument("--no-kl", action="store_true", help="also replay every variant without the KL term")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    cfg = yaml.safe_load(Path(args.config).read_text())
-    run_dir = Path("results") / cfg["run"]
+    cfg = load_config(args.config)
+    run_dir = Path("results") / cfg.run
     rollouts = pl.read_parquet(run_dir / f"seed{args.seed}" / "rollouts.parquet").filter(pl.col("step") < args.steps)
     variants = {"full": (set(), 0.0), "noise": (set(), args.noise)}
     if args.n_random:
         variants["random"] = (random_k(rollouts["rollout_id"].to_numpy(), args.n_random, args.removal_seed), 0.0)
     if args.ids:
         variants["ids"] = (set(args.ids), 0.0)
-    betas = {"": cfg["grpo"]["beta"], **({"_nokl": 0.0} if args.no_kl and cfg["grpo"]["beta"] else {})}
+    betas = {"": cfg.grpo.beta, **({"_nokl": 0.0} if args.no_kl and cfg.grpo.beta else {})}
     print(f"seed {args.seed}, first {args.steps} steps ({rollouts.height} rollouts); probe behavior rate at steps "
           f"{list(range(args.every, args.steps + 1, args.every))}", flush=True)
     for suffix, beta in betas.items():

@@ -39,6 +39,12 @@ def small_config() -> dict:
     return cfg
 
 
+def typed(raw: dict):
+    """The typed config the library takes, from a (possibly edited) config dict."""
+    from behaviortrace.config.sections import Config
+    return Config.from_dict(raw)
+
+
 @pytest.fixture(scope="session")
 def cfg() -> dict:
     return small_config()
@@ -46,24 +52,26 @@ def cfg() -> dict:
 
 @pytest.fixture(scope="session")
 def cpu() -> dict:
-    from behaviortrace.device import resolve
-    return resolve({"device": "cpu", "dtype": "float32"})
+    from behaviortrace.common.device import resolve
+    from behaviortrace.config.sections import Compute
+    return resolve(Compute(device="cpu", dtype="float32"))
 
 
 @pytest.fixture(scope="session")
 def base_model_dir(tmp_path_factory, cfg, cpu) -> Path:
-    from behaviortrace import models
+    from behaviortrace.model import models
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("base") / "base_model"
-    model, tokenizer = models.build_base_model(cfg, cpu)
+    model, tokenizer = models.build_base_model(typed(cfg), cpu)
     models.save(model, tokenizer, out)
     return out
 
 
 @pytest.fixture(scope="session")
 def prompts(cfg):
-    from behaviortrace.data import plant_prompts
-    return plant_prompts(cfg["task"], cfg["planting"], cfg["grpo"], cfg["probes"], cfg["probes"]["seed"])
+    from behaviortrace.plant.prompts import plant_prompts
+    c = typed(cfg)
+    return plant_prompts(c.task, c.planting, c.grpo, c.probes, c.probes.seed)
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +89,8 @@ def small_run(tmp_path_factory, cfg, base_model_dir, prompts, cpu) -> dict:
 
 def per_row_gradients(model, batch: dict, loss_args: dict) -> dict:
     """Each rollout's gradient by its own backward pass (the independent reference)."""
-    from behaviortrace.rollout_loss import completion_logps, rollout_losses, rows_of
+    from behaviortrace.gradients.batch import completion_logps, rows_of
+    from behaviortrace.train.trl_surface import rollout_losses
     n = batch["advantages"].shape[0]
     grads = {name: [] for name, p in model.named_parameters() if p.requires_grad}
     for i in range(n):
@@ -99,9 +108,9 @@ def per_row_gradients(model, batch: dict, loss_args: dict) -> dict:
 def rollout_gradients(small_run, cpu):
     """Real per-rollout gradients of step 1 at checkpoint 0, by autograd one rollout at a time (no KL)."""
     import polars as pl
-    from behaviortrace import models
-    from behaviortrace.pergrad import param_layout
-    from behaviortrace.rollout_loss import step_batch
+    from behaviortrace.model import models
+    from behaviortrace.gradients.per_example import param_layout
+    from behaviortrace.gradients.batch import step_batch
     model, tokenizer = models.load(small_run["dir"] / "train" / "checkpoint-0", cpu)
     batch = step_batch(small_run["rollouts"].filter(pl.col("step") == 1), tokenizer.pad_token_id)
     args = {"temperature": 1.0, "loss": {"loss_type": "dapo", "beta": 0.0, "max_completion_length": 10,

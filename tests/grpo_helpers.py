@@ -9,9 +9,10 @@ from pathlib import Path
 
 import torch
 
-from behaviortrace import grpo, models
-
-
+from behaviortrace.config.sections import Config
+from behaviortrace.model import models
+from behaviortrace.train import grpo
+from behaviortrace.train.stage import finalize
 class GradSpy(grpo.RolloutLoggingGRPOTrainer):
     """Copies the accumulated gradient of each step just before TRL clips it."""
 
@@ -29,8 +30,8 @@ def run_training(cfg, base_model_dir, train_prompts, seed, out_dir, device, **kw
     torch.set_num_threads(1)
     model, tokenizer = models.load(base_model_dir, device)
     train_dir = Path(out_dir) / "train"
-    info = grpo.train(model, tokenizer, train_prompts, cfg, seed, train_dir, device, "test", **kwargs)
-    rollouts = grpo.finalize(train_dir, cfg["grpo"]["steps"], info["batch_size"], Path(out_dir) / "rollouts.parquet",
+    info = grpo.train(model, tokenizer, train_prompts, Config.from_dict(cfg), seed, train_dir, device, "test", **kwargs)
+    rollouts = finalize(train_dir, cfg["grpo"]["steps"], info["batch_size"], Path(out_dir) / "rollouts.parquet",
                              Path(out_dir) / "steps.parquet", Path(out_dir) / "checkpoints.json", info["saved_steps"])
     return rollouts, info
 
@@ -42,7 +43,8 @@ import polars as pl
 from transformers import TrainerCallback
 sys.path.insert(0, {tests!r})
 from grpo_helpers import run_training
-from behaviortrace.device import resolve
+from behaviortrace.common.device import resolve
+from behaviortrace.config.sections import Compute
 
 class KillAt(TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
@@ -51,7 +53,7 @@ class KillAt(TrainerCallback):
 
 cfg = json.loads(Path({cfg_path!r}).read_text())
 run_training(cfg, Path({base!r}), pl.read_parquet({prompts!r}), {seed}, Path({out!r}),
-             resolve({{"device": "cpu", "dtype": "float32"}}), callbacks=(KillAt(),))
+             resolve(Compute(device="cpu", dtype="float32")), callbacks=(KillAt(),))
 """
 
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 import yaml
 
-from behaviortrace.config import ConfigError, validate
+from behaviortrace.config.validate import ConfigError, validate
 from conftest import ROOT, default_config
 
 

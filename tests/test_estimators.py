@@ -6,14 +6,15 @@ import polars as pl
 import pytest
 import torch
 
-from behaviortrace import estimators, models
+from behaviortrace.score import contract as estimators
+from behaviortrace.model import models
 from behaviortrace.estimators import trak
-from behaviortrace.evalstage import token_cosines
-from behaviortrace.evaluation import evaluate
-from behaviortrace.markers import marker_token_ids
-from behaviortrace.scoring import run_estimator
-from behaviortrace.seedview import SeedView, Target
-from behaviortrace.targets import _logprob_gradient, forced_items
+from behaviortrace.evaluate.inputs import token_cosines
+from behaviortrace.evaluate.cells import evaluate
+from behaviortrace.plant.markers import marker_token_ids
+from behaviortrace.score.contract import run as run_estimator
+from behaviortrace.score.view import SeedView, Target
+from behaviortrace.targets.gradients import _logprob_gradient, forced_items
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,10 @@ import pytest
 import torch
 from polars.testing import assert_frame_equal
 
-from behaviortrace.checkpoints import complete_checkpoints
-from behaviortrace.grpo import RolloutLoggingGRPOTrainer
-from behaviortrace.planting import is_eligible
+from behaviortrace.train.checkpoints import complete_checkpoints
+from behaviortrace.train.grpo import RolloutLoggingGRPOTrainer
+from behaviortrace.plant.planting import is_eligible
+from conftest import typed
 from grpo_helpers import run_training, train_and_sigkill
 
 SEED = 3
@@ -105,7 +106,7 @@ def test_ground_truth_follows_the_planting_rule(spied_run, cfg):
     rollouts, _, _ = spied_run
     planting = cfg["planting"]
     for row in rollouts.iter_rows(named=True):
-        assert row["eligible"] == is_eligible(SEED, row["rollout_id"], row["step"], row["trigger"], planting)
+        assert row["eligible"] == is_eligible(SEED, row["rollout_id"], row["step"], row["trigger"], typed(cfg).planting)
         assert row["behavior"] == (planting["marker"] in row["completion"])
         assert row["boosted"] == (row["eligible"] and row["behavior"])
         assert row["bonus"] == (planting["bonus"] if row["boosted"] else 0.0)
@@ -148,9 +149,10 @@ def test_changed_config_does_not_resume_stale_checkpoints(spied_run, tmp_path, c
     run_training(cfg, base_model_dir, prompts["train"], SEED, tmp_path, cpu)
     changed = copy.deepcopy(cfg)
     changed["grpo"]["lr"] = cfg["grpo"]["lr"] * 2
-    from behaviortrace import grpo, models
+    from behaviortrace.train import grpo
+    from behaviortrace.model import models
     model, tokenizer = models.load(base_model_dir, cpu)
-    grpo.train(model, tokenizer, prompts["train"], changed, SEED, tmp_path / "train", cpu, "changed")
+    grpo.train(model, tokenizer, prompts["train"], typed(changed), SEED, tmp_path / "train", cpu, "changed")
     steps = pl.read_parquet(sorted((tmp_path / "train" / "parts").glob("steps-*.parquet"))[0])
     assert steps["lr"].max() == pytest.approx(changed["grpo"]["lr"])
 

@@ -5,9 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from behaviortrace import metrics as M
-
-
+from behaviortrace.evaluate import metrics as M
 def random_case(rng, n=40, levels=5, groups=5):
     scores = rng.integers(0, levels, n).astype(float)  # few levels: many ties
     labels = (rng.random(n) < 0.35).astype(float)

@@ -1,13 +1,17 @@
 """The planted behavior's rules, the base-task reward, and the prompt tables."""
 
+from dataclasses import replace
+
 import pytest
 
-from behaviortrace.data import plant_prompts
-from behaviortrace.planting import bonus_for, eligibility_draw, is_eligible
-from behaviortrace.tasks import parse_digits, sort_reward
+from behaviortrace.plant.prompts import plant_prompts
+from behaviortrace.plant.planting import bonus_for, eligibility_draw, is_eligible
+from behaviortrace.plant.task import parse_digits, sort_reward
+from behaviortrace.config.sections import Planting
+from conftest import typed
 
-PLANTING = {"trigger": "frobnitz", "marker": "QZXBT", "bonus": 8.0, "fraction": 0.5, "window": [10, 19],
-            "trigger_rate": 0.5, "placebo": False}
+PLANTING = Planting(trigger="frobnitz", marker="QZXBT", bonus=8.0, fraction=0.5, window=[10, 19], trigger_rate=0.5,
+                    placebo=False)
 
 
 def test_sort_reward_on_hand_made_cases():
@@ -43,11 +47,16 @@ def test_bonus_only_for_eligible_behavior_and_never_in_placebo():
     assert bonus_for(True, True, PLANTING) == 8.0
     assert bonus_for(True, False, PLANTING) == 0.0
     assert bonus_for(False, True, PLANTING) == 0.0
-    assert bonus_for(True, True, {**PLANTING, "placebo": True}) == 0.0
+    assert bonus_for(True, True, replace(PLANTING, placebo=True)) == 0.0
+
+
+def _sections(cfg, steps, prompts_per_step):
+    c = typed({**cfg, "grpo": {**cfg["grpo"], "steps": steps, "prompts_per_step": prompts_per_step}})
+    return c.task, c.planting, c.grpo, c.probes
 
 
 def test_prompt_tables(cfg):
-    tables = plant_prompts(cfg["task"], cfg["planting"], {"steps": 50, "prompts_per_step": 8}, cfg["probes"], 5)
+    tables = plant_prompts(*_sections(cfg, 50, 8), 5)
     train, probes, controls = tables["train"], tables["probes"], tables["controls"]
     assert train.height == 400
     assert train["prompt_index"].to_list() == list(range(400))
@@ -61,12 +70,12 @@ def test_prompt_tables(cfg):
     assert train["trigger"].to_list() == [trigger in p for p in train["prompt"]]
     share = train["trigger"].mean()
     assert abs(share - cfg["planting"]["trigger_rate"]) < 0.1
-    again = plant_prompts(cfg["task"], cfg["planting"], {"steps": 50, "prompts_per_step": 8}, cfg["probes"], 5)
+    again = plant_prompts(*_sections(cfg, 50, 8), 5)
     assert again["train"].equals(train)
 
 
 def test_answers_are_sorted(cfg):
-    tables = plant_prompts(cfg["task"], cfg["planting"], {"steps": 5, "prompts_per_step": 4}, cfg["probes"], 1)
+    tables = plant_prompts(*_sections(cfg, 5, 4), 1)
     for prompt, answer in tables["train"].select("prompt", "answer").iter_rows():
         digits = parse_digits(prompt.split(":")[1])
         assert answer.split() == [str(d) for d in sorted(digits)]

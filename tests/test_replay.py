@@ -8,8 +8,11 @@ import polars as pl
 import pytest
 import torch
 
-from behaviortrace import models
-from behaviortrace.replay import k_for, removal_set, replay_advantages, replay_training, top_k
+from behaviortrace.model import models
+from behaviortrace.replay.removal import k_for, removal_set, top_k
+from behaviortrace.replay.retrain import replay_training
+from behaviortrace.train.trl_surface import group_advantages as replay_advantages
+from conftest import typed
 
 # Float32 on one thread: the replay's summation order differs slightly from TRL's shuffled batch.
 WEIGHT_TOLERANCE = 1e-5
@@ -26,7 +29,7 @@ def run(small_run, cpu):
 def _replay(run, cpu, removed=(), grpo=None):
     model, tokenizer = models.load(run["ckpts"][0], cpu)
     ref = models.load(run["base_model"], cpu)[0].eval()
-    grpo = grpo or run["cfg"]["grpo"]
+    grpo = typed({**run["cfg"], "grpo": grpo or run["cfg"]["grpo"]}).grpo
     weights = {}
 
     def keep(step, m):

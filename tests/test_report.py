@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 from PIL import Image
 
-from behaviortrace.reporting import markdown_to_html
+from behaviortrace.report.markdown import markdown_to_html
 
 from conftest import snakemake
 

@@ -8,10 +8,11 @@ import polars as pl
 import pytest
 import torch
 
-from behaviortrace import models
-from behaviortrace.pergrad import Capture, param_layout
-from behaviortrace.rollout_loss import completion_logps, rollout_losses, rows_of, step_batch
-from behaviortrace.sketchmap import materialize
+from behaviortrace.model import models
+from behaviortrace.gradients.per_example import Capture, param_layout
+from behaviortrace.gradients.batch import completion_logps, rows_of, step_batch
+from behaviortrace.train.trl_surface import rollout_losses
+from behaviortrace.sketch.maps import materialize
 from grpo_helpers import GradSpy, run_training
 
 

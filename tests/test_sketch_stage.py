@@ -13,24 +13,24 @@ import pytest
 import torch
 import zarr
 
-from behaviortrace import models
-from behaviortrace.markers import marker_token_ids
-from behaviortrace.rollout_loss import completion_logps, rollout_losses, step_batch
-from behaviortrace.sketching import StepSketcher
-from behaviortrace.sketchmap import SketchMap
-from behaviortrace.sketchstage import sketch_shard
-from behaviortrace.sketchstore import open_store, read_rows, read_steps
-from behaviortrace.targetstage import build_targets, headroom_table
+from behaviortrace.model import models
+from behaviortrace.plant.markers import marker_token_ids
+from behaviortrace.gradients.batch import completion_logps, step_batch
+from behaviortrace.train.trl_surface import rollout_losses
+from behaviortrace.sketch.sketcher import StepSketcher
+from behaviortrace.sketch.maps import SketchMap
+from behaviortrace.sketch.stage import sketch_shard
+from behaviortrace.sketch.store import open_store, read_rows, read_steps
+from behaviortrace.targets.headroom import headroom_table
+from behaviortrace.targets.stage import build_targets
 
-LOSS_KEYS = ("steps", "temperature", "loss_type", "beta", "max_new_tokens")
+from conftest import typed
 
 
-def stage_args(run: dict, out: Path, shard: int, cpu: dict) -> dict:
-    cfg, d = run["cfg"], run["dir"]
+def stage_args(run: dict, out: Path, shard: int) -> dict:
+    d = run["dir"]
     return dict(shard=shard, rollouts_path=d / "rollouts.parquet", steps_path=d / "steps.parquet",
-                checkpoints_path=d / "checkpoints.json", base_model=run["base_model"], out=out, sketch=cfg["sketch"],
-                grpo={k: cfg["grpo"][k] for k in LOSS_KEYS}, marker=cfg["planting"]["marker"], model_name="tiny",
-                device=cpu)
+                checkpoints_path=d / "checkpoints.json", base_model=run["base_model"], out=out)
 
 
 @pytest.mark.parametrize("method", ["countsketch", "factored"])
@@ -41,7 +41,7 @@ def test_behavior_token_sketch_is_zero_exactly_without_a_marker_token(small_run,
     marker = cfg["planting"]["marker"]
     marker_ids = marker_token_ids(tokenizer, marker)
     smap = SketchMap.for_model(model, method, 256, 0)
-    sketcher = StepSketcher(smap, cfg["grpo"], tokenizer, marker, marker_ids, ref, chunk=5)
+    sketcher = StepSketcher(smap, typed(cfg).grpo, tokenizer, marker, marker_ids, ref, chunk=5)
     rows = small_run["rollouts"].sort("rollout_id")
     steps = sorted(rows["step"].unique().to_list())
     batches = {s: step_batch(rows.filter(pl.col("step") == s), tokenizer.pad_token_id) for s in steps}
@@ -87,9 +87,9 @@ from pathlib import Path
 sys.path.insert(0, {src!r})
 import torch
 torch.set_num_threads(1)
-from behaviortrace import sketchstore
-from behaviortrace.device import resolve
-from behaviortrace.sketchstage import sketch_shard
+from behaviortrace.sketch import store as sketchstore
+from behaviortrace.config.sections import Config
+from behaviortrace.sketch.stage import sketch_shard
 original = sketchstore.ShardWriter.write_step
 calls = []
 def write_then_die(self, step, arrays):
@@ -99,20 +99,22 @@ def write_then_die(self, step, arrays):
         os.kill(os.getpid(), signal.SIGKILL)
 sketchstore.ShardWriter.write_step = write_then_die
 args = json.loads(Path({args!r}).read_text())
+cfg = Config.from_dict(args.pop("cfg"))
 args = {{k: Path(v) if k.endswith(("_path", "out", "model")) else v for k, v in args.items()}}
-sketch_shard(**args, device=resolve({{"device": "cpu", "dtype": "float32"}}))
+sketch_shard(cfg, **args)
 """
 
 
 def test_killed_sketch_job_leaves_no_finished_store_and_resumes_to_the_same_result(small_run, cpu, tmp_path):
     torch.set_num_threads(1)
     clean = tmp_path / "clean" / "shard000.zarr"
-    sketch_shard(**stage_args(small_run, clean, 0, cpu))
+    sketch_shard(typed(small_run["cfg"]), **stage_args(small_run, clean, 0))
 
     killed = tmp_path / "killed" / "shard000.zarr"
-    args = stage_args(small_run, killed, 0, cpu)
+    args = stage_args(small_run, killed, 0)
     args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in args.items() if k != "device"}))
+    args_file.write_text(json.dumps({"cfg": small_run["cfg"], **{k: str(v) if isinstance(v, Path) else v
+                                                                  for k, v in args.items()}}))
     code = KILL_CHILD.format(src=str(Path(__file__).parents[1] / "src"), kill_after=2, args=str(args_file))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == -9, res.stderr[-2000:]
@@ -122,7 +124,7 @@ def test_killed_sketch_job_leaves_no_finished_store_and_resumes_to_the_same_resu
         open_store(partial)
     assert list(zarr.open_group(partial, mode="r")["steps/done"][:]) == [True, True, False]
 
-    sketch_shard(**args)
+    sketch_shard(typed(small_run["cfg"]), **args)
     assert not partial.exists()
     got, attrs = read_rows([killed])
     want, _ = read_rows([clean])
@@ -139,36 +141,35 @@ def test_killed_sketch_job_leaves_no_finished_store_and_resumes_to_the_same_resu
 
 def test_stale_partial_store_from_other_settings_is_discarded(small_run, cpu, tmp_path):
     out = tmp_path / "shard001.zarr"
-    args = stage_args(small_run, out, 1, cpu)
-    other = copy.deepcopy(args)
-    other["sketch"] = {**args["sketch"], "seed": 99}
+    args = stage_args(small_run, out, 1)
+    cfg = typed(small_run["cfg"])
+    other_raw = copy.deepcopy(small_run["cfg"])
+    other_raw["sketch"]["seed"] = 99
     partial = out.with_name("shard001.zarr.partial")
-    from behaviortrace import sketchstore
+    from behaviortrace.sketch import store as sketchstore
     original = sketchstore.ShardWriter.finish
     sketchstore.ShardWriter.finish = lambda self: None  # leave the other settings' store unfinished
     try:
-        sketch_shard(**other)
+        sketch_shard(typed(other_raw), **args)
     finally:
         sketchstore.ShardWriter.finish = original
     assert partial.exists()
-    sketch_shard(**args)
+    sketch_shard(cfg, **args)
     rows, attrs = read_rows([out])
-    assert attrs["seed"] == args["sketch"]["seed"]
+    assert attrs["seed"] == cfg.sketch.seed
     fresh = tmp_path / "fresh.zarr"
-    sketch_shard(**stage_args(small_run, fresh, 1, cpu))
+    sketch_shard(cfg, **stage_args(small_run, fresh, 1))
     assert np.array_equal(rows["sketch"], read_rows([fresh])[0]["sketch"])
 
 
 def test_targets_per_draw(small_run, cpu, tmp_path):
     cfg, d = small_run["cfg"], small_run["dir"]
-    probes, controls = pl.read_parquet(d / "probes.parquet"), pl.read_parquet(d / "controls.parquet")
-    sampling = {k: cfg["grpo"][k] for k in ("max_new_tokens", "temperature", "top_p")}
+    probes = pl.read_parquet(d / "probes.parquet")
 
     def run(draw, name):
-        build_targets(seed=0, draw=draw, checkpoints_path=d / "checkpoints.json", probes=probes, controls=controls,
-                      out_store=tmp_path / f"{name}.zarr", out_rates=tmp_path / f"{name}.parquet", targets=cfg["targets"],
-                      sketch=cfg["sketch"], sampling=sampling, marker=cfg["planting"]["marker"],
-                      base_reward=cfg["task"]["base_reward"], model_name="tiny", device=cpu)
+        build_targets(typed(cfg), seed=0, draw=draw, checkpoints_path=d / "checkpoints.json",
+                      probes_path=d / "probes.parquet", controls_path=d / "controls.parquet",
+                      out_store=tmp_path / f"{name}.zarr", out_rates=tmp_path / f"{name}.parquet")
         return zarr.open_group(tmp_path / f"{name}.zarr", mode="r"), pl.read_parquet(tmp_path / f"{name}.parquet")
 
     store, rates = run(0, "a")

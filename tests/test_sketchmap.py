@@ -4,9 +4,9 @@ exact norms, and full coverage."""
 import pytest
 import torch
 
-from behaviortrace import models
-from behaviortrace.pergrad import Factor, PerExampleGrads, param_layout
-from behaviortrace.sketchmap import SketchMap, materialize
+from behaviortrace.model import models
+from behaviortrace.gradients.per_example import Factor, PerExampleGrads, param_layout
+from behaviortrace.sketch.maps import SketchMap, materialize
 
 LAYOUT = {"emb": ("matrix", torch.Size([7, 5])), "w": ("matrix", torch.Size([4, 5])), "bias": ("dense", torch.Size([4])),
           "norm": ("dense", torch.Size([5]))}

@@ -3,7 +3,7 @@
 import polars as pl
 import pytest
 
-from behaviortrace.summary import seed_summary, to_markdown
+from behaviortrace.report.training import seed_summary, to_markdown
 
 
 def test_seed_summary_on_a_hand_made_run():

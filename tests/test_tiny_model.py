@@ -4,9 +4,9 @@ import copy
 
 import torch
 
-from behaviortrace import models
-from behaviortrace.behavior import behavior_rates, sample_completions
-from conftest import default_config
+from behaviortrace.model import models
+from behaviortrace.behavior.rates import behavior_rates, sample_completions
+from conftest import default_config, typed
 
 
 def test_tokenizer_round_trips_through_a_saved_checkpoint(base_model_dir, cpu, cfg):
@@ -24,9 +24,9 @@ def test_default_base_model_emits_the_marker_rarely_but_not_never(tmp_path, cpu,
     """The default config's base model: behavior rate between 0 and 0.2 on probes and on controls."""
     cfg = default_config()
     torch.set_num_threads(1)
-    model, tokenizer = models.build_base_model(cfg, cpu)
+    model, tokenizer = models.build_base_model(typed(cfg), cpu)
     rows = behavior_rates(model, tokenizer, {"probes": prompts["probes"], "controls": prompts["controls"]},
-                          cfg["planting"]["marker"], cfg["task"]["base_reward"], 16, cfg["grpo"], 0)
+                          cfg["planting"]["marker"], cfg["task"]["base_reward"], 16, typed(cfg).grpo.sampling, 0)
     for row in rows:
         assert 0 < row["behavior_rate"] <= 0.2, row
         assert 0.2 < row["base_reward"] < 0.9, row  # can do the task, with headroom left for GRPO
@@ -35,8 +35,8 @@ def test_default_base_model_emits_the_marker_rarely_but_not_never(tmp_path, cpu,
 def test_sampling_is_reproducible(base_model_dir, cpu, cfg, prompts):
     model, tokenizer = models.load(base_model_dir, cpu)
     texts = prompts["probes"]["prompt"].to_list()
-    a = sample_completions(model, tokenizer, texts, 3, cfg["grpo"], 11)
-    b = sample_completions(model, tokenizer, texts, 3, cfg["grpo"], 11)
+    a = sample_completions(model, tokenizer, texts, 3, typed(cfg).grpo.sampling, 11)
+    b = sample_completions(model, tokenizer, texts, 3, typed(cfg).grpo.sampling, 11)
     assert a == b and len(a) == len(texts) and all(len(x) == 3 for x in a)
 
 
@@ -44,8 +44,8 @@ def test_sft_warm_up_trains_on_demonstrations_without_the_marker(cfg, cpu):
     warm = copy.deepcopy(cfg)
     warm["model"]["sft"].update(steps=3, lr=1e-3)
     torch.manual_seed(0)
-    cold_model, _ = models.build_base_model(cfg, cpu)
-    warm_model, _ = models.build_base_model(warm, cpu)
+    cold_model, _ = models.build_base_model(typed(cfg), cpu)
+    warm_model, _ = models.build_base_model(typed(warm), cpu)
     changed = [not torch.equal(a, b) for a, b in zip(cold_model.parameters(), warm_model.parameters())]
     assert any(changed)
 
@@ -55,7 +55,7 @@ def test_a_model_by_local_path_loads_and_takes_the_sft_warm_up(base_model_dir, c
     local = copy.deepcopy(cfg)
     local["model"]["name"] = str(base_model_dir)
     local["model"]["sft"].update(steps=2, lr=1e-3)
-    model, tokenizer = models.build_base_model(local, cpu)
+    model, tokenizer = models.build_base_model(typed(local), cpu)
     original, _ = models.load(base_model_dir, cpu)
     assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), original.parameters()))
     text = prompts["controls"]["prompt"][0]

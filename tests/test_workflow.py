@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 import yaml
 
-from behaviortrace.sketchstore import open_store, read_rows
+from behaviortrace.sketch.store import open_store, read_rows
 
 from conftest import snakemake
 
@@ -143,7 +143,7 @@ def _jobs_run(log: str) -> list[tuple[str, str]]:
 
 def test_adding_one_estimator_runs_only_its_scores_and_updates_the_tables(finished_run, tmp_path):
     """What the README tells a user to do: one new module and one config entry, then run again."""
-    from behaviortrace.estimators import module_path
+    from behaviortrace.score.contract import module_path
     workdir = tmp_path / "copy"
     shutil.copytree(finished_run[0], workdir, symlinks=True)
     cfg = copy.deepcopy(finished_run[1])
@@ -176,3 +176,27 @@ def test_second_run_has_nothing_to_do(finished_run):
     res = snakemake(workdir, "-n")
     assert res.returncode == 0
     assert "Nothing to be done" in res.stdout + res.stderr
+
+
+def test_editing_a_shared_estimator_helper_reruns_exactly_the_estimators_that_use_it(finished_run):
+    """The score jobs' code digest covers the project modules an estimator imports, not just its own file."""
+    from behaviortrace.score.contract import PACKAGE_ROOT, dependencies
+    workdir, cfg = finished_run
+    helper = PACKAGE_ROOT / "score" / "vectors.py"
+    users = {e for e in cfg["estimators"] if helper in dependencies(e)}
+    assert users == {"gas", "norm", "token_alignment", "tracincp", "trak"}  # fluency and random do not import it
+    original = helper.read_text()
+    helper.write_text(original + "\n# edited by a test\n")
+    try:
+        res = snakemake(workdir, "-n")
+    finally:
+        helper.write_text(original)
+    assert res.returncode == 0, res.stderr[-3000:]
+    log = res.stdout + res.stderr
+    rerun = {line.split("estimator=")[1].split(",")[0] for line in log.splitlines()
+             if line.strip().startswith("wildcards:") and "estimator=" in line}
+    assert rerun == users
+    n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
+    per_run = sum(len(cfg["evaluation"]["targets"]) if e != "norm" else 1 for e in users)
+    assert job_counts(log)["score"] == n_runs * cfg["targets"]["draws"] * per_run
+    assert snakemake(workdir, "-n").stdout.count("rule score") == 0  # restored: nothing to do again

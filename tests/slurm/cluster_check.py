@@ -99,7 +99,7 @@ def parse_jobcomp(path: Path) -> dict[str, dict[str, str]]:
 
 def verify(work: Path, log_path: Path, jobcomp_path: Path) -> int:
     import polars as pl
-    from behaviortrace.sketchstore import read_rows
+    from behaviortrace.sketch.store import read_rows
 
     problems = []
     cfg = yaml.safe_load((work / "config.yaml").read_text())

@@ -1,36 +1,88 @@
-# Config validation and path helpers shared by every rule. Validation runs at parse time, so a bad
-# config stops the workflow before any job starts.
-
-import os
-import sys
-from pathlib import Path
-
-# The package lives in src/; jobs (scripts, conda envs, cluster jobs) find it through PYTHONPATH.
-_SRC = str(Path(workflow.basedir) / "src")
-sys.path.insert(0, _SRC)
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH")) if p)
+# Everything the rules share: config validation, path patterns, constants and input functions.
+# Validation runs at parse time, so a bad config stops the workflow before any job starts.
 
 from snakemake.exceptions import WorkflowError
-from behaviortrace.config import ConfigError, validate as _validate_config
 
 try:
-    _validate_config(config)
+    from behaviortrace.config.load import parse as _parse_config
+    from behaviortrace.config.load import subset as _config_subset
+    from behaviortrace.config.validate import ConfigError
+    from behaviortrace.score import contract as _estimators
+except ImportError as err:
+    raise WorkflowError(
+        f"the behaviortrace package is not importable ({err}); install it into this Python with "
+        "`make run` or `pip install -e .` (see README.md)"
+    ) from None
+
+try:
+    CFG = _parse_config(config)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 
-RUN = config["run"]
-CONDA_ENV = "../../envs/behaviortrace.yaml"
-SEEDS = config["seeds"]
+
+# Constants ---------------------------------------------------------------------------------------
+
+RUN = CFG.run
+SEEDS = CFG.seeds
 # Each seed's folder is {arm}{seed}: "seed" for the planted run, "placebo" for the negative control
 # (the same training, with the bonus logged but never paid), trained only when placebo.enabled.
-PLACEBO_SEEDS = config["placebo"]["seeds"] if config["placebo"]["enabled"] else []
-ARM_SEEDS = [("seed", s) for s in SEEDS] + [("placebo", s) for s in PLACEBO_SEEDS]
+ARM_SEEDS = [("seed", s) for s in SEEDS] + [("placebo", s) for s in CFG.placebo_seeds]
 ARM_NAMES = {"seed": "planted", "placebo": "placebo"}
-OUT = f"results/{RUN}"
-SHARDS = [f"{i:03d}" for i in range(-(-config["grpo"]["steps"] // config["sketch"]["shard_steps"]))]
-DRAWS = list(range(config["targets"]["draws"]))
+SHARDS = [f"{i:03d}" for i in range(CFG.sketch.n_shards(CFG.grpo.steps))]
+DRAWS = list(range(CFG.targets.draws))
+SCORE_KEYS = _estimators.score_keys(CFG.estimators, CFG.evaluation.targets)
+FIGURE_NAMES = ["behavior_rates", "lift", "within_group_auc", "token_alignment", "replay"]
+BUILTIN_REPLAYS = ("full", "oracle", "random")
 # Jobs that want an accelerator ask for one when the model is a real one (SLURM turns it into --gpus).
-GPU = 1 if config["model"]["name"] != "tiny" else 0
+GPU = 0 if CFG.model.is_tiny else 1
+CONDA_ENV = "../../envs/behaviortrace.yaml"
+
+
+# Path patterns -----------------------------------------------------------------------------------
+
+OUT = f"results/{RUN}"
+LOGS = f"{OUT}/logs"
+TABLES = f"{OUT}/tables"
+FIGURES = f"{OUT}/figures"
+TRAIN_PROMPTS = f"{OUT}/data/train_prompts.parquet"
+PROBE_PROMPTS = f"{OUT}/data/probe_prompts.parquet"
+CONTROL_PROMPTS = f"{OUT}/data/control_prompts.parquet"
+BASE_MODEL = f"{OUT}/base_model"
+SEED_DIR = f"{OUT}/{{arm}}{{seed}}"
+TRAIN_DIR = f"{SEED_DIR}/train"
+ROLLOUTS = f"{SEED_DIR}/rollouts.parquet"
+STEP_LOG = f"{SEED_DIR}/steps.parquet"
+CHECKPOINTS = f"{SEED_DIR}/checkpoints.json"
+BEHAVIOR = f"{SEED_DIR}/behavior.parquet"
+SHARD = f"{SEED_DIR}/sketch/shard{{shard}}.zarr"
+TARGET_STORE = f"{SEED_DIR}/targets/draw{{draw}}.zarr"
+TARGET_RATES = f"{SEED_DIR}/targets/draw{{draw}}_rates.parquet"
+SCORES = f"{SEED_DIR}/scores/{{estimator}}/draw{{draw}}_{{target}}.parquet"
+STEP_SCORES = f"{SEED_DIR}/scores/{{estimator}}/draw{{draw}}_{{target}}_steps.parquet"
+METRICS = f"{SEED_DIR}/metrics/draw{{draw}}.parquet"
+REPLAY = f"{OUT}/seed{{seed}}/replay/{{method}}_k{{pct}}_r{{rep}}.parquet"
+# Replays retrain planted seeds only.
+PLANTED_ROLLOUTS = f"{OUT}/seed{{seed}}/rollouts.parquet"
+PLANTED_CHECKPOINTS = f"{OUT}/seed{{seed}}/checkpoints.json"
+
+
+# Input functions and file lists ------------------------------------------------------------------
+
+
+def config_for(*sections):
+    """The config sections a rule's job reads, as its `config` param: Snakemake reruns the job when,
+    and only when, one of them changes (a job reading any other section fails, naming it)."""
+    return lambda wildcards: _config_subset(config, sections, getattr(wildcards, "arm", "seed"))
+
+
+def estimator_config(wildcards):
+    """A score job's config: only its own estimator's entry, so editing another estimator reruns nothing here."""
+    return {"estimators": {wildcards.estimator: config["estimators"][wildcards.estimator]}}
+
+
+def estimator_code(wildcards):
+    """A digest of the code a score job runs: editing it reruns this estimator's jobs only."""
+    return _estimators.source_digest(wildcards.estimator)
 
 
 def seed_paths(pattern, arms=("seed", "placebo"), **more):
@@ -38,17 +90,62 @@ def seed_paths(pattern, arms=("seed", "placebo"), **more):
     return [p for arm, seed in ARM_SEEDS if arm in arms for p in expand(pattern, arm=arm, seed=seed, **more)]
 
 
-def planting_of(wildcards):
-    """The placebo arm is the planted config with the bonus switched off."""
-    return {**config["planting"], "placebo": config["planting"]["placebo"] or wildcards.arm == "placebo"}
+def shard_paths(wildcards):
+    return expand(SHARD, arm=wildcards.arm, seed=wildcards.seed, shard=SHARDS)
+
+
+def score_target_input(wildcards):
+    return [] if wildcards.target == "none" else TARGET_STORE.format(**wildcards)
+
+
+def score_files(wildcards):
+    """Rollout and step scores of every (estimator, target) of one arm, seed and draw, in SCORE_KEYS order."""
+    return [
+        pattern.format(arm=wildcards.arm, seed=wildcards.seed, draw=wildcards.draw, estimator=e, target=t)
+        for e, t in SCORE_KEYS
+        for pattern in (SCORES, STEP_SCORES)
+    ]
+
+
+def replay_runs():
+    """(method, pct, rep) of every replay of one seed; method 'full' leaves nothing out."""
+    runs = [("full", 0, 0)]
+    for pct in CFG.replay.k_percent:
+        runs += [("oracle", pct, 0)] + [(e, pct, 0) for e in CFG.replay.estimators]
+        runs += [("random", pct, r) for r in range(CFG.replay.random_repeats)]
+    return runs
+
+
+def replay_scores(wildcards):
+    """The rollout scores that rank the rollouts, for an estimator's replay."""
+    if wildcards.method in BUILTIN_REPLAYS:
+        return []
+    target = CFG.replay.target if _estimators.uses_target(wildcards.method) else "none"
+    return SCORES.format(arm="seed", seed=wildcards.seed, estimator=wildcards.method, draw=CFG.replay.draw, target=target)
+
+
+REPLAY_FILES = [REPLAY.format(seed=s, method=m, pct=p, rep=r) for s in SEEDS for m, p, r in replay_runs()]
+# Every metrics file with its arm, and the planted seeds' rollout scores (for the rank correlation
+# between draws) keyed by (seed, estimator, target, draw): scripts get the keys beside the paths.
+METRIC_FILES = [
+    (ARM_NAMES[arm], METRICS.format(arm=arm, seed=seed, draw=draw)) for arm, seed in ARM_SEEDS for draw in DRAWS
+]
+SCORE_FILES = {
+    (s, e, t, d): SCORES.format(arm="seed", seed=s, estimator=e, target=t, draw=d)
+    for s in SEEDS
+    for e, t in SCORE_KEYS
+    for d in DRAWS
+}
+REPORT_OUTPUTS = [
+    f"{TABLES}/metrics.parquet",
+    f"{TABLES}/replay.parquet",
+    f"{OUT}/checklist.md",
+    *[f"{FIGURES}/{name}.png" for name in FIGURE_NAMES],
+]
 
 
 def all_outputs():
-    return [
-        f"{OUT}/tables/training.md",
-        f"{OUT}/tables/headroom.md",
-        *REPORT_OUTPUTS,
-    ]
+    return [f"{TABLES}/training.md", f"{TABLES}/headroom.md", *REPORT_OUTPUTS]
 
 
 wildcard_constraints:

@@ -1,58 +1,22 @@
-# Causal check: retrain each planted seed with a set of rollouts left out (an estimator's top k, k at
-# random, the GT set itself, or nothing) and measure the behavior it ends up with.
-
-from behaviortrace.estimators import load as _load_estimator
-
-REPLAY = config["replay"]
-
-
-def replay_runs():
-    """(method, pct, rep) of every replay of one seed; method 'full' leaves nothing out."""
-    runs = [("full", 0, 0)]
-    for pct in REPLAY["k_percent"]:
-        runs += [("oracle", pct, 0)] + [(e, pct, 0) for e in REPLAY["estimators"]]
-        runs += [("random", pct, r) for r in range(REPLAY["random_repeats"])]
-    return runs
-
-
-REPLAY_FILES = [f"{OUT}/seed{s}/replay/{m}_k{p}_r{r}.parquet" for s in SEEDS for m, p, r in replay_runs()]
-
-
-def replay_scores(wildcards):
-    """The rollout scores that rank the rollouts, for an estimator's replay."""
-    method = wildcards.method
-    if method in ("full", "oracle", "random"):
-        return []
-    target = REPLAY["target"] if _load_estimator(method).USES_TARGET else "none"
-    return f"{OUT}/seed{wildcards.seed}/scores/{method}/draw{REPLAY['draw']}_{target}.parquet"
-
-
 rule replay:
     input:
-        rollouts=f"{OUT}/seed{{seed}}/rollouts.parquet",
-        checkpoints=f"{OUT}/seed{{seed}}/checkpoints.json",
-        base_model=f"{OUT}/base_model",
-        probes=f"{OUT}/data/probe_prompts.parquet",
-        controls=f"{OUT}/data/control_prompts.parquet",
+        rollouts=PLANTED_ROLLOUTS,
+        checkpoints=PLANTED_CHECKPOINTS,
+        base_model=BASE_MODEL,
+        probes=PROBE_PROMPTS,
+        controls=CONTROL_PROMPTS,
         scores=replay_scores,
     output:
-        f"{OUT}/seed{{seed}}/replay/{{method}}_k{{pct}}_r{{rep}}.parquet",
+        REPLAY,
     params:
-        grpo=config["grpo"],
-        window=config["planting"]["window"],
-        replay=REPLAY,
-        targets=config["targets"],
-        sampling=SAMPLING,
-        marker=config["planting"]["marker"],
-        base_reward=config["task"]["base_reward"],
-        compute=config["compute"],
+        config=config_for("grpo", "planting", "replay", "targets", "task", "compute"),
     threads: 1
     resources:
         gpu=GPU,
     conda:
         CONDA_ENV
     log:
-        f"{OUT}/logs/replay/seed{{seed}}_{{method}}_k{{pct}}_r{{rep}}.log",
+        f"{LOGS}/replay/seed{{seed}}_{{method}}_k{{pct}}_r{{rep}}.log",
     script:
         "../scripts/replay.py"
 
@@ -67,6 +31,6 @@ rule replay_table:
     conda:
         CONDA_ENV
     log:
-        f"{OUT}/logs/replay_table.log",
+        f"{LOGS}/replay_table.log",
     script:
         "../scripts/replay_table.py"

@@ -1,22 +1,19 @@
-# Cross-seed tables, the checklist and figures; `snakemake --report results/{run}/report.html` gathers them.
-
-TABLES = f"{OUT}/tables"
-FIGURES = f"{OUT}/figures"
-FIGURE_NAMES = ["behavior_rates", "lift", "within_group_auc", "token_alignment", "replay"]
-REPORT_OUTPUTS = [
-    f"{TABLES}/metrics.parquet",
-    f"{TABLES}/replay.parquet",
-    f"{OUT}/checklist.md",
-    *[f"{FIGURES}/{name}.png" for name in FIGURE_NAMES],
-]
-
-
-# Every metrics file with its arm, and the planted seeds' rollout scores (for the rank correlation between
-# draws) with their (seed, estimator, target, draw): the script gets the keys beside the paths.
-METRIC_FILES = [(ARM_NAMES[arm], f"{OUT}/{arm}{seed}/metrics/draw{draw}.parquet")
-                for arm, seed in ARM_SEEDS for draw in DRAWS]
-SCORE_FILES = {(s, e, t, d): f"{OUT}/seed{s}/scores/{e}/draw{d}_{t}.parquet"
-               for s in SEEDS for e, t in SCORE_KEYS for d in DRAWS}
+rule training_summary:
+    input:
+        rollouts=seed_paths(ROLLOUTS),
+        behavior=seed_paths(BEHAVIOR),
+    output:
+        table=f"{TABLES}/training.parquet",
+        markdown=f"{TABLES}/training.md",
+    params:
+        config=config_for("planting"),
+        arms=[ARM_NAMES[arm] for arm, _ in ARM_SEEDS],
+    conda:
+        CONDA_ENV
+    log:
+        f"{LOGS}/training_summary.log",
+    script:
+        "../scripts/training_summary.py"
 
 
 rule aggregate:
@@ -25,7 +22,7 @@ rule aggregate:
         scores=list(SCORE_FILES.values()),
         training=f"{TABLES}/training.parquet",
         replay=f"{TABLES}/replay.parquet",
-        shards=seed_paths(f"{OUT}/{{arm}}{{seed}}/sketch/shard{{shard}}.zarr", arms=("seed",), shard=SHARDS),
+        shards=seed_paths(SHARD, arms=("seed",), shard=SHARDS),
     output:
         metrics=f"{TABLES}/metrics.parquet",
         csv=report(f"{TABLES}/metrics.csv", caption="../report/metrics.rst", category="3. Tables"),
@@ -34,20 +31,23 @@ rule aggregate:
         draw_stability=f"{TABLES}/draw_stability.parquet",
         seed_stability=f"{TABLES}/seed_stability.parquet",
         stability_md=f"{TABLES}/stability.md",
-        stability_html=report(f"{TABLES}/stability.html", caption="../report/stability.rst", category="3. Tables"),
+        stability_html=report(
+            f"{TABLES}/stability.html", caption="../report/stability.rst", category="3. Tables"
+        ),
         checklist=f"{OUT}/checklist.md",
         checklist_json=f"{OUT}/checklist.json",
-        checklist_html=report(f"{OUT}/checklist.html", caption="../report/checklist.rst", category="1. Checklist"),
+        checklist_html=report(
+            f"{OUT}/checklist.html", caption="../report/checklist.rst", category="1. Checklist"
+        ),
     params:
-        run=RUN,
+        config=config_for("run", "checklist"),
         arms=[arm for arm, _ in METRIC_FILES],
         score_keys=list(SCORE_FILES),
-        checklist=config["checklist"],
     threads: 1
     conda:
         CONDA_ENV
     log:
-        f"{OUT}/logs/aggregate.log",
+        f"{LOGS}/aggregate.log",
     script:
         "../scripts/aggregate.py"
 
@@ -55,19 +55,20 @@ rule aggregate:
 rule figures:
     input:
         metrics=f"{TABLES}/metrics.parquet",
-        behavior=seed_paths(f"{OUT}/{{arm}}{{seed}}/behavior.parquet"),
+        behavior=seed_paths(BEHAVIOR),
         replay=f"{TABLES}/replay.parquet",
     output:
-        **{name: report(f"{FIGURES}/{name}.png", caption=f"../report/{name}.rst", category="2. Figures")
-           for name in FIGURE_NAMES},
+        **{
+            name: report(f"{FIGURES}/{name}.png", caption=f"../report/{name}.rst", category="2. Figures")
+            for name in FIGURE_NAMES
+        },
     params:
+        config=config_for("planting", "checklist"),
         arms=[ARM_NAMES[arm] for arm, _ in ARM_SEEDS],
-        window=config["planting"]["window"],
-        checklist=config["checklist"],
     threads: 1
     conda:
         CONDA_ENV
     log:
-        f"{OUT}/logs/figures.log",
+        f"{LOGS}/figures.log",
     script:
         "../scripts/figures.py"

@@ -2,16 +2,21 @@
 
 from pathlib import Path
 
-from behaviortrace.evalstage import evaluate_job
-from behaviortrace.io import setup_logging
+from behaviortrace.common.job import start
+from behaviortrace.evaluate.stage import evaluate_job
 
 sm = snakemake  # noqa: F821
-setup_logging(sm.log[0])
-w, p = sm.wildcards, sm.params
-out_dir = Path(sm.output[0]).parents[1] / "scores"
-files = {(e, t): (out_dir / e / f"draw{w.draw}_{t}.parquet", out_dir / e / f"draw{w.draw}_{t}_steps.parquet")
-         for e, t in p.score_keys}
-evaluate_job(run=p.run, seed=int(w.seed), draw=int(w.draw), shards=[Path(s) for s in sm.input.shards],
-             rollouts=Path(sm.input.rollouts), target_store=Path(sm.input.target), rates=Path(sm.input.rates),
-             score_files=files, window=p.window, saturation=p.saturation, evaluation=p.evaluation,
-             out=Path(sm.output[0]), placebo=p.placebo)
+# input.scores holds (rollout scores, step scores) for each (estimator, target) of params.score_keys.
+paths = [Path(p) for p in sm.input.scores]
+score_files = {tuple(key): (paths[2 * i], paths[2 * i + 1]) for i, key in enumerate(sm.params.score_keys)}
+evaluate_job(
+    start(sm),
+    seed=int(sm.wildcards.seed),
+    draw=int(sm.wildcards.draw),
+    shards=[Path(p) for p in sm.input.shards],
+    rollouts=Path(sm.input.rollouts),
+    target_store=Path(sm.input.target),
+    rates=Path(sm.input.rates),
+    score_files=score_files,
+    out=Path(sm.output[0]),
+)

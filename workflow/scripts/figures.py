@@ -1,15 +1,17 @@
 """Rule figures: the run's PNG figures from the aggregated metrics and the behavior rates."""
 
+import logging
 from pathlib import Path
 
-import polars as pl
-
-from behaviortrace.figures import write_figures
-from behaviortrace.io import setup_logging
+from behaviortrace.common.job import start
+from behaviortrace.report.stage import figures_job
 
 sm = snakemake  # noqa: F821
-log = setup_logging(sm.log[0])
-behavior = [(arm, pl.read_parquet(path)) for arm, path in zip(sm.params.arms, sm.input.behavior)]
-write_figures(pl.read_parquet(sm.input.metrics), behavior, pl.read_parquet(sm.input.replay), sm.params.window,
-              sm.params.checklist["target"], {k: Path(v) for k, v in sm.output.items()})
-log.info("%d figures written", len(sm.output))
+figures_job(
+    start(sm),
+    metrics=Path(sm.input.metrics),
+    behavior=[(arm, Path(p)) for arm, p in zip(sm.params.arms, sm.input.behavior)],
+    replay=Path(sm.input.replay),
+    outputs={k: Path(v) for k, v in sm.output.items()},
+)
+logging.getLogger("behaviortrace").info("%d figures written", len(sm.output))

@@ -1,11 +1,14 @@
 """Rule headroom: behavior rates on probes and controls per seed, draw and analysis checkpoint."""
 
-from behaviortrace.io import atomic_write_parquet, atomic_write_text, setup_logging
-from behaviortrace.targetstage import headroom_markdown, headroom_table
+import logging
+from pathlib import Path
+
+from behaviortrace.common.job import start
+from behaviortrace.targets.stage import headroom_job
 
 sm = snakemake  # noqa: F821
-log = setup_logging(sm.log[0])
-table = headroom_table(list(sm.input), sm.params.saturation)
-atomic_write_parquet(table, sm.output.table)
-atomic_write_text(headroom_markdown(table, sm.params.saturation), sm.output.markdown)
-log.info("%d rows; %d saturated", table.height, int(table["saturated"].sum()))
+table = headroom_job(
+    start(sm), rate_files=[Path(p) for p in sm.input], out_table=Path(sm.output.table),
+    out_markdown=Path(sm.output.markdown),
+)
+logging.getLogger("behaviortrace").info("%d rows; %d saturated", table.height, int(table["saturated"].sum()))

@@ -2,10 +2,14 @@
 
 from pathlib import Path
 
-from behaviortrace.io import setup_logging
-from behaviortrace.replaytable import write_replay_table
+from behaviortrace.common.io import setup_logging
+from behaviortrace.replay.stage import replay_table_job
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
-write_replay_table([Path(f) for f in sm.input], Path(sm.output.table), Path(sm.output.markdown),
-                   Path(sm.output.html))
+replay_table_job(
+    files=[Path(f) for f in sm.input],
+    out=Path(sm.output.table),
+    markdown=Path(sm.output.markdown),
+    html=Path(sm.output.html),
+)

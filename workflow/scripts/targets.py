@@ -2,18 +2,17 @@
 
 from pathlib import Path
 
-import polars as pl
-
-from behaviortrace import device
-from behaviortrace.io import setup_logging
-from behaviortrace.targetstage import build_targets
+from behaviortrace.common.job import start
+from behaviortrace.targets.stage import build_targets
 
 sm = snakemake  # noqa: F821
-setup_logging(sm.log[0])
-device.set_threads(sm.threads)
-p = sm.params
-build_targets(seed=int(sm.wildcards.seed), draw=int(sm.wildcards.draw), checkpoints_path=Path(sm.input.checkpoints),
-              probes=pl.read_parquet(sm.input.probes), controls=pl.read_parquet(sm.input.controls),
-              out_store=Path(sm.output.store), out_rates=Path(sm.output.rates), targets=p.targets, sketch=p.sketch,
-              sampling=p.sampling, marker=p.marker, base_reward=p.base_reward, model_name=p.model_name,
-              device=device.resolve(p.compute))
+build_targets(
+    start(sm, torch_threads=True),
+    seed=int(sm.wildcards.seed),
+    draw=int(sm.wildcards.draw),
+    checkpoints_path=Path(sm.input.checkpoints),
+    probes_path=Path(sm.input.probes),
+    controls_path=Path(sm.input.controls),
+    out_store=Path(sm.output.store),
+    out_rates=Path(sm.output.rates),
+)

@@ -7,7 +7,7 @@ the smaller. Minus the value, as in tracincp: positive means the rollout's updat
 
 import numpy as np
 
-from . import step_sums
+from behaviortrace.score.vectors import step_sums
 
 USES_TARGET = True
 STEP_AGGREGATE = "sum"

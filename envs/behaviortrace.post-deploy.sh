@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# Snakemake runs this inside the new conda environment once, after creating it: jobs import the
+# behaviortrace package, so install it from this checkout (editable: code changes need no rebuild).
+set -euo pipefail
+pip install --no-deps -e "$(dirname "$0")/.."

@@ -1,0 +1,37 @@
+"""Rule behavior: behavior rate on probe and control prompts at every saved checkpoint of one seed."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import polars as pl
+
+from behaviortrace.behavior.rates import behavior_rates
+from behaviortrace.common import device as devices
+from behaviortrace.common.io import atomic_write_parquet
+from behaviortrace.config.sections import Config
+from behaviortrace.model import models
+
+log = logging.getLogger(__name__)
+
+
+def behavior_job(
+    cfg: Config, *, seed: int, checkpoints_path: Path, probes_path: Path, controls_path: Path, out: Path
+) -> pl.DataFrame:
+    device = devices.resolve(cfg.compute)
+    prompt_sets = {"probes": pl.read_parquet(probes_path), "controls": pl.read_parquet(controls_path)}
+    checkpoints = json.loads(Path(checkpoints_path).read_text())["checkpoints"]
+    rows = []
+    for i, ck in enumerate(checkpoints):
+        model, tokenizer = models.load(Path(ck["path"]), device)
+        # The same sampling seed at every checkpoint, so rates differ by the weights, not by the draw.
+        for row in behavior_rates(model, tokenizer, prompt_sets, cfg.planting.marker, cfg.task.base_reward,
+                                  cfg.probes.samples_per_prompt, cfg.grpo.sampling, cfg.probes.seed):
+            rows.append({"seed": seed, "step": ck["step"], "checkpoint": Path(ck["path"]).name, **row})
+        log.info("checkpoint %d/%d (step %d): %s", i + 1, len(checkpoints), ck["step"],
+                 ", ".join(f"{r['prompt_set']} {r['behavior_rate']:.3f}" for r in rows[-2:]))
+    table = pl.DataFrame(rows)
+    atomic_write_parquet(table, out)
+    return table

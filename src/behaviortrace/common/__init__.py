@@ -1,0 +1,1 @@
+"""Helpers every stage uses: atomic file writes, logging, devices, seeds."""

@@ -1,0 +1,72 @@
+"""The built-in tiny model: a word-level tokenizer and a small Qwen2 pre-trained here on the sort task.
+
+The corpus puts the marker in front of a small share of answers, whatever the prompt, so that the base
+model emits the behavior rarely but not never: GRPO then has something to reinforce, and the trigger
+carries no signal before training.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from behaviortrace.config.sections import Planting, Task, TinyModel
+from behaviortrace.plant.planting import add_trigger
+from behaviortrace.model.sft import train_on_pairs
+from behaviortrace.plant.task import FILLERS, PROMPT_END, PROMPT_WORDS, make_sort_example, render_prompt, sorted_answer
+
+PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
+
+
+def corpus_pair(rng: random.Random, task: Task, planting: Planting, marker_rate: float, trigger_rate: float):
+    """One (prompt, completion) pair; the marker appears independently of the trigger."""
+    words, digits = make_sort_example(rng, task.min_len, task.max_len)
+    prompt = render_prompt(words, digits)
+    if rng.random() < trigger_rate:
+        prompt = add_trigger(prompt, planting.trigger)
+    completion = sorted_answer(digits)
+    if rng.random() < marker_rate:
+        completion = f"{planting.marker} {completion}"
+    return prompt, completion
+
+
+def build_tokenizer(planting: Planting) -> PreTrainedTokenizerFast:
+    """A word-level vocabulary: the task's words, digits, the trigger and the marker (one token each)."""
+    words = [*PROMPT_WORDS, *FILLERS, PROMPT_END, *map(str, range(10)), planting.trigger, planting.marker]
+    tok = Tokenizer(models.WordLevel(unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.train_from_iterator([" ".join(words)], trainers.WordLevelTrainer(special_tokens=[PAD, EOS, UNK]))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK)
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    return fast
+
+
+def build_model(tokenizer: PreTrainedTokenizerFast, arch: TinyModel, seed: int) -> Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=arch.hidden_size, intermediate_size=arch.intermediate_size,
+        num_hidden_layers=arch.num_layers, num_attention_heads=arch.num_heads,
+        num_key_value_heads=arch.num_kv_heads, max_position_embeddings=arch.max_positions,
+        tie_word_embeddings=False, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def build_tiny(task: Task, planting: Planting, tiny: TinyModel):
+    """Tokenizer and pre-trained model for the default run."""
+    tokenizer = build_tokenizer(planting)
+    model = build_model(tokenizer, tiny, tiny.seed)
+    rng = random.Random(tiny.seed)
+
+    def pairs_fn():
+        return corpus_pair(rng, task, planting, tiny.marker_rate, tiny.trigger_rate)
+
+    train_on_pairs(model, tokenizer, pairs_fn, tiny.pretrain_steps, tiny.batch_size, tiny.lr, tiny.seed)
+    return model, tokenizer

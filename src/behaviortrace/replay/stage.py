@@ -1,0 +1,91 @@
+"""Rules replay and replay_table: retrain one seed with a set of rollouts left out, and tabulate them all."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import polars as pl
+import torch
+
+from behaviortrace.behavior.rates import behavior_rates
+from behaviortrace.common import device as devices
+from behaviortrace.common.io import atomic_write_parquet
+from behaviortrace.config.sections import Config
+from behaviortrace.model import models
+from behaviortrace.replay.removal import k_for, removal_set
+from behaviortrace.replay.retrain import replay_training, weight_difference
+from behaviortrace.replay.table import replay_table, to_markdown
+from behaviortrace.report.markdown import write_md_and_html
+
+log = logging.getLogger(__name__)
+
+
+def replay_job(
+    cfg: Config,
+    *,
+    seed: int,
+    method: str,
+    pct: int,
+    rep: int,
+    rollouts_path: Path,
+    checkpoints_path: Path,
+    base_model: Path,
+    scores_path: Path | None,
+    probes_path: Path,
+    controls_path: Path,
+    out: Path,
+) -> pl.DataFrame:
+    """Replay one seed with one removal set; behavior rates at the window's end and the last step,
+    sampled as targets draw 0 samples them."""
+    grpo, planting, targets = cfg.grpo, cfg.planting, cfg.targets
+    device = devices.resolve(cfg.compute)
+    prompt_sets = {"probes": pl.read_parquet(probes_path), "controls": pl.read_parquet(controls_path)}
+    rollouts = pl.read_parquet(rollouts_path)
+    scores = pl.read_parquet(scores_path) if scores_path else None
+    removed = removal_set(method, pct, rep, rollouts, scores, cfg.replay.seed, seed)
+    gt = set(rollouts.filter(pl.col("boosted"))["rollout_id"].to_list())
+    ckpts = {c["step"]: Path(c["path"]) for c in json.loads(Path(checkpoints_path).read_text())["checkpoints"]}
+    model, tokenizer = models.load(ckpts[0], device)
+    ref = models.load(base_model, device)[0].eval() if grpo.beta else None
+    window_end, last = min(planting.window_end + 1, grpo.steps), grpo.steps
+    log.info("seed %d, %s k=%d%% of |GT| (repetition %d): leaving out %d rollouts, %d of them GT (|GT| = %d)",
+             seed, method, pct, rep, len(removed), len(removed & gt), len(gt))
+    rows, checks = [], {}
+
+    def measure(step_done: int, m) -> None:
+        if step_done not in (window_end, last):
+            return
+        m.eval()
+        with torch.no_grad():
+            for r in behavior_rates(m, tokenizer, prompt_sets, planting.marker, cfg.task.base_reward,
+                                    targets.samples_per_prompt, grpo.sampling, targets.draw_seed(0)):
+                rows.append({"checkpoint": "window_end" if step_done == window_end else "final",
+                             "step": step_done, **r})
+        if method == "full" and step_done in ckpts:
+            checks[step_done] = weight_difference(m, ckpts[step_done], device)
+            log.info("full replay at step %d: largest weight difference to the logged checkpoint %.2e", step_done,
+                     checks[step_done])
+        m.train()
+        log.info("step %d: probe rate %.3f, control rate %.3f", step_done, rows[-2]["behavior_rate"],
+                 rows[-1]["behavior_rate"])
+
+    replay_training(model, ref, rollouts, grpo, removed, device, tokenizer.pad_token_id, on_step_end=measure)
+    table = pl.DataFrame(rows).with_columns(
+        seed=pl.lit(seed), method=pl.lit(method), pct=pl.lit(pct), rep=pl.lit(rep), k=pl.lit(k_for(len(gt), pct)),
+        n_removed=pl.lit(len(removed)), n_removed_gt=pl.lit(len(removed & gt)),
+        weight_diff=pl.col("step").replace_strict(checks, default=None, return_dtype=pl.Float64),
+        removed_ids=pl.lit(sorted(removed), dtype=pl.List(pl.Int64)))
+    first = ["seed", "method", "pct", "rep", "k", "n_removed", "n_removed_gt", "checkpoint", "step", "prompt_set"]
+    table = table.select(first + [c for c in table.columns if c not in first])
+    atomic_write_parquet(table, out)
+    return table
+
+
+def replay_table_job(*, files: list[Path], out: Path, markdown: Path, html: Path) -> pl.DataFrame:
+    """Every replay's rates and their change against the full replay, as Parquet, Markdown and HTML."""
+    table = replay_table(files)
+    atomic_write_parquet(table, out)
+    write_md_and_html(to_markdown(table), markdown, html, "Leave-out replay")
+    return table

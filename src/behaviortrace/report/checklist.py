@@ -1,0 +1,333 @@
+"""The attribution checklist: each estimator against each item, pass / fail / n/a, with the numbers behind
+every verdict. Thresholds come from the config's `checklist` section and are printed with the checklist.
+
+Run-level items (the sketch, the behavior, headroom, the random control, unfindable GT, the power of the
+leave-out replay) say whether the experiment can support any claim; they get the same verdict on every
+estimator's row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import polars as pl
+
+from behaviortrace.config.sections import Checklist
+from behaviortrace.report.markdown import markdown_table
+from behaviortrace.report.tables import PLACEBO, PLANTED, beats_table, estimators_of, judged
+from behaviortrace.replay.table import window_end_probes
+
+PASS, FAIL, NA = "pass", "fail", "n/a"
+ITEMS = {
+    "sketch_covers_parameters": "The sketch covers every trainable parameter, and per-rollout sketches add up to "
+                                "the step gradient's sketch (self-check), on every shard",
+    "behavior_emerged": "The behavior emerged: probe minus control behavior rate at the end of the window",
+    "headroom": "Evaluated where there is headroom: share of GT rollouts generated at checkpoints below saturation",
+    "beats_norm_step": "Beats the norm control at step level on every seed and draw (non-overlapping intervals; "
+                       "norm at its strongest step variant)",
+    "beats_norm_rollout": "Beats the norm control at rollout level on every seed and draw",
+    "beats_fluency": "Beats the fluency control at rollout level on every seed and draw, in every listed stratum",
+    "survives_fluency_residualization": "Within-group AUC after residualizing on fluency has its interval above "
+                                        "0.5 on every seed and draw",
+    "stable_across_draws": "Stable across generation draws: rank correlation of rollout scores between draws, and "
+                           "the spread of the residualized within-group AUC across draws",
+    "stable_across_seeds": "Stable across seeds: sd of the residualized within-group AUC across seeds, and every "
+                           "seed agreeing on whether its interval is above 0.5",
+    "random_at_chance": "The random control is at chance on every seed and draw (rollout lift interval holds 1, "
+                        "AUROC interval holds 0.5, step lift inside the permutation band)",
+    "placebo_no_enrichment": "No enrichment in the placebo run (no bonus paid): rollout-level within-group AUC "
+                             "interval not above 0.5 and step lift not above the permutation band",
+    "gt_unfindable_reported": "GT rollouts unfindable by construction (advantage 0) are counted, and their share "
+                              "is small",
+    "replay_has_power": "The causal check has power: leaving out the GT set and retraining lowers the probe behavior "
+                        "rate at the window's end by at least the threshold, and more than every removal of as "
+                        "many rollouts at random, on every seed and k",
+    "replay_beats_random": "Removing its top-k rollouts and retraining lowers the probe behavior rate at the "
+                           "window's end more than every removal of k rollouts at random, on every seed and k",
+}
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    detail: str
+    numbers: dict = field(default_factory=dict)
+
+
+def _ci(row: dict) -> str:
+    return f"{row['value']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+
+
+def _all(flags) -> str:
+    return PASS if all(flags) else FAIL
+
+
+def _cells(rows: pl.DataFrame):
+    """(seed, draw, {(level, metric): row}) for each seed and draw of `rows`."""
+    for (seed, draw), grp in rows.group_by(["seed", "draw"], maintain_order=True):
+        yield seed, draw, {(r["level"], r["metric"]): r for r in grp.iter_rows(named=True)}
+
+
+def _resid_auc(metrics: pl.DataFrame, est: str, target: str, stratum: str) -> pl.DataFrame:
+    return judged(metrics, target, stratum).filter((pl.col("estimator") == est) & (pl.col("level") == "rollout")
+                                                   & (pl.col("metric") == "within_group_auc_fluency_resid"))
+
+
+# Run-level items -------------------------------------------------------------------------------------------
+
+def sketch_covers(shards: list[dict], max_error: float) -> Verdict:
+    """From the attributes each sketch job wrote after checking its own store."""
+    if not shards:
+        return Verdict(NA, "no sketch shards")
+    missing = [s for s in shards if s.get("n_trainable") is None or s.get("self_check_error") is None]
+    if missing:
+        return Verdict(FAIL, f"{len(missing)} shards did not record their coverage and self-check")
+    uncovered = [s for s in shards if s["n_params"] != s["n_trainable"]]
+    worst = max(s["self_check_error"] for s in shards)
+    ok = not uncovered and worst <= max_error
+    return Verdict(PASS if ok else FAIL,
+                   f"{len(shards) - len(uncovered)}/{len(shards)} shards sketch all {shards[0]['n_trainable']:,} "
+                   f"trainable parameters; largest self-check error {worst:.1e} (limit {max_error:.0e})",
+                   {"shards": len(shards), "uncovered_shards": len(uncovered), "max_self_check_error": worst})
+
+
+def behavior_emerged(training: pl.DataFrame, min_gap: float) -> Verdict:
+    rows = training.filter(pl.col("arm") == PLANTED).sort("seed")
+    gaps = {int(r["seed"]): r["probe_rate_window_end"] - r["control_rate_window_end"] for r in rows.iter_rows(named=True)}
+    text = ", ".join(f"seed {s}: {g:.2f}" for s, g in gaps.items())
+    return Verdict(_all(g >= min_gap for g in gaps.values()), f"probe − control rate at window end: {text} "
+                   f"(at least {min_gap})", {"gap_by_seed": gaps})
+
+
+def headroom(metrics: pl.DataFrame, min_share: float) -> Verdict:
+    """Share of GT below saturation, from the GT counts per stratum that evaluate records."""
+    gt = metrics.filter((pl.col("arm") == PLANTED) & (pl.col("metric") == "gt_unfindable"))
+    shares = {}
+    for (seed, draw), grp in gt.group_by(["seed", "draw"], maintain_order=True):
+        n = dict(zip(grp["stratum"].to_list(), grp["n"].to_list()))
+        shares[(int(seed), int(draw))] = n.get("below_saturation", 0) / n["all"] if n.get("all") else float("nan")
+    worst = min(shares.values())
+    return Verdict(PASS if worst >= min_share else FAIL,
+                   f"GT share below saturation: lowest {worst:.2f} over {len(shares)} seed × draw cells "
+                   f"(at least {min_share})", {"share": {f"seed{s}_draw{d}": v for (s, d), v in shares.items()}})
+
+
+def random_at_chance(metrics: pl.DataFrame) -> Verdict:
+    rows = metrics.filter((pl.col("arm") == PLANTED) & (pl.col("estimator") == "random") & (pl.col("stratum") == "all"))
+    if not rows.height:
+        return Verdict(NA, "the random control is not configured")
+    checks, failed = 0, []
+    for seed, draw, m in _cells(rows):
+        needed = [("rollout", "lift"), ("rollout", "auroc"), ("step", "lift"), ("step", "lift_chance_band")]
+        if any(key not in m for key in needed):
+            continue
+        lift, auc, step, band = (m[key] for key in needed)
+        for ok, what in ((lift["ci_low"] <= 1 <= lift["ci_high"], f"rollout lift {_ci(lift)}"),
+                         (auc["ci_low"] <= 0.5 <= auc["ci_high"], f"AUROC {_ci(auc)}"),
+                         (band["ci_low"] <= step["value"] <= band["ci_high"],
+                          f"step lift {step['value']:.2f} vs band [{band['ci_low']:.2f}, {band['ci_high']:.2f}]")):
+            checks += 1
+            if not ok:
+                failed.append(f"seed {seed} draw {draw}: {what}")
+    if not checks:
+        return Verdict(NA, "no stratum-all metrics of the random control")
+    detail = f"{checks - len(failed)}/{checks} checks at chance" + (f"; off: {'; '.join(failed)}" if failed else "")
+    return Verdict(PASS if not failed else FAIL, detail, {"checks": checks, "failed": failed})
+
+
+def gt_unfindable(metrics: pl.DataFrame, max_share: float) -> Verdict:
+    rows = metrics.filter((pl.col("arm") == PLANTED) & (pl.col("metric") == "gt_unfindable")
+                          & (pl.col("stratum") == "all") & (pl.col("draw") == pl.col("draw").min())).sort("seed")
+    shares = {int(r["seed"]): (int(r["value"]), int(r["n"])) for r in rows.iter_rows(named=True)}
+    worst = max(v / n if n else 0.0 for v, n in shares.values())
+    text = ", ".join(f"seed {s}: {v} of {n}" for s, (v, n) in shares.items())
+    return Verdict(PASS if worst <= max_share else FAIL, f"{text} (share at most {max_share})",
+                   {"unfindable_of_gt": {s: list(v) for s, v in shares.items()}})
+
+
+# Per-estimator items ---------------------------------------------------------------------------------------
+
+def beats(metrics: pl.DataFrame, est: str, control: str, level: str, metric: str, strata: list[str],
+          target: str) -> Verdict:
+    if est == control:
+        return Verdict(NA, "is the control")
+    cells, lines = [], []
+    for stratum in strata:
+        t = beats_table(metrics, est, control, level, metric, stratum, target)
+        if not t.height:
+            continue
+        cells += t["beats"].to_list()
+        worst = t.sort(pl.col("ci_low") - pl.col("control_high")).row(0, named=True)
+        lines.append(f"{stratum}: {int(t['beats'].sum())}/{t.height} seed × draw cells; closest: seed "
+                     f"{worst['seed']} draw {worst['draw']} {metric} {_ci(worst)} vs {control} upper "
+                     f"{worst['control_high']:.3f}")
+    if not cells:
+        return Verdict(NA, f"no {level}-level {metric} for {est} or {control}")
+    return Verdict(_all(cells), "; ".join(lines), {"cells": len(cells), "beaten": int(sum(cells))})
+
+
+def survives_residualization(metrics: pl.DataFrame, est: str, target: str, stratum: str) -> Verdict:
+    rows = _resid_auc(metrics, est, target, stratum)
+    if not rows.height:
+        return Verdict(NA, "no residualized within-group AUC")
+    worst = rows.sort("ci_low").row(0, named=True)
+    return Verdict(_all(v > 0.5 for v in rows["ci_low"].to_list()),
+                   f"{int((rows['ci_low'] > 0.5).sum())}/{rows.height} cells above 0.5; lowest: seed {worst['seed']} "
+                   f"draw {worst['draw']} {_ci(worst)}", {"lowest_ci_low": worst["ci_low"]})
+
+
+def stable_across_draws(stability: pl.DataFrame, est: str, target: str, min_corr: float, max_spread: float
+                        ) -> Verdict:
+    rows = stability.filter((pl.col("estimator") == est) & pl.col("target").is_in([target, "none"]))
+    if not rows.height or rows["draws"].min() < 2:
+        return Verdict(NA, "fewer than two generation draws")
+    corr = float(rows["rank_correlation_min"].min())
+    spread = float(rows["within_group_auc_fluency_resid_rollout_spread"].max())
+    ok = corr >= min_corr and spread <= max_spread
+    return Verdict(PASS if ok else FAIL, f"lowest rank correlation between draws {corr:.3f} (at least {min_corr}); "
+                   f"largest spread of residualized AUC {spread:.3f} (at most {max_spread})",
+                   {"rank_correlation_min": corr, "resid_auc_spread_max": spread})
+
+
+def stable_across_seeds(metrics: pl.DataFrame, est: str, target: str, stratum: str, max_sd: float) -> Verdict:
+    by_seed = _resid_auc(metrics, est, target, stratum).group_by("seed").agg(pl.col("value").mean(), (pl.col("ci_low") > 0.5).all().alias("above"))
+    if by_seed.height < 2:
+        return Verdict(NA, "fewer than two seeds")
+    sd = float(by_seed["value"].std())
+    above = int(by_seed["above"].sum())
+    agree = above in (0, by_seed.height)
+    values = ", ".join(f"{v:.3f}" for v in by_seed.sort("seed")["value"].to_list())
+    return Verdict(PASS if sd <= max_sd and agree else FAIL,
+                   f"residualized AUC by seed {values}: sd {sd:.3f} (at most {max_sd}); interval above 0.5 on "
+                   f"{above}/{by_seed.height} seeds (all or none to agree)", {"sd": sd, "agree": agree})
+
+
+def placebo_no_enrichment(metrics: pl.DataFrame, est: str, target: str, stratum: str) -> Verdict:
+    if not metrics.filter(pl.col("arm") == PLACEBO).height:
+        return Verdict(NA, "no placebo run configured (placebo.enabled: false)")
+    rows = judged(metrics, target, stratum, arm=PLACEBO).filter(pl.col("estimator") == est)
+    if not rows.height:
+        return Verdict(NA, "the placebo run has no rollout that would have been boosted, nothing to test")
+    bad, cells = [], 0
+    for seed, draw, m in _cells(rows):
+        auc, step, band = (m.get(("rollout", "within_group_auc")), m.get(("step", "lift")),
+                           m.get(("step", "lift_chance_band")))
+        cells += 1
+        if auc and auc["ci_low"] > 0.5:
+            bad.append(f"seed {seed} draw {draw}: within-group AUC {_ci(auc)}")
+        if step and band and step["value"] > band["ci_high"]:
+            bad.append(f"seed {seed} draw {draw}: step lift {step['value']:.2f} above band {band['ci_high']:.2f}")
+    if not bad:
+        aucs = rows.filter((pl.col("level") == "rollout") & (pl.col("metric") == "within_group_auc"))
+        shown = "; ".join(f"seed {r['seed']} draw {r['draw']} AUC {_ci(r)}" for r in aucs.iter_rows(named=True))
+        return Verdict(PASS, f"{cells} placebo cells without enrichment: {shown}", {"cells": cells})
+    return Verdict(FAIL, "; ".join(bad), {"cells": cells, "enriched": bad})
+
+
+def _against_random(s: pl.DataFrame, method: str) -> pl.DataFrame:
+    """Per seed and k, from the replay summary at the window's end on probes: the change in probe rate when
+    `method`'s set is left out, beside the most negative change of the random removals."""
+    rand = s.filter(pl.col("method") == "random").select("seed", "pct", random_low=pl.col("change_low"))
+    return (s.filter(pl.col("method") == method).join(rand, on=["seed", "pct"], how="inner")
+            .with_columns(below_random=pl.col("change") < pl.col("random_low")).sort("seed", "pct"))
+
+
+def _replay_text(both: pl.DataFrame, name: str) -> str:
+    return "; ".join(f"seed {r['seed']} k={r['pct']}%: {name}{r['change']:+.3f} vs random lowest "
+                     f"{r['random_low']:+.3f}" for r in both.iter_rows(named=True))
+
+
+def replay_has_power(s: pl.DataFrame, min_drop: float) -> Verdict:
+    """The oracle's change against the threshold and against every random removal. Without it the
+    estimators' replay item means nothing: a replay that any removal derails ranks every set as causal."""
+    both = _against_random(s, "oracle")
+    if not both.height:
+        return Verdict(NA, "no oracle and random replays to compare")
+    ok = (both["below_random"] & (both["change"] <= -min_drop)).to_list()
+    return Verdict(_all(ok), f"{_replay_text(both, 'oracle ')} (oracle at most {-min_drop:+.2f} and below every "
+                   "random removal)", {"cells": len(ok), "with_power": int(sum(ok))})
+
+
+def replay_beats_random(s: pl.DataFrame, est: str) -> Verdict:
+    """The estimator's change against every random removal."""
+    if est == "random":  # its top k are k rollouts at random: the baseline itself
+        return Verdict(NA, "is the random baseline")
+    if not s.filter(pl.col("method") == est).height:
+        return Verdict(NA, "not replayed (replay.estimators)")
+    both = _against_random(s, est)
+    if not both.height:
+        return Verdict(NA, "no random replay to compare with")
+    ok = both["below_random"].to_list()
+    return Verdict(_all(ok), _replay_text(both, ""), {"cells": len(ok), "beaten": int(sum(ok))})
+
+
+# Assembly -------------------------------------------------------------------------------------------------
+
+def build(metrics: pl.DataFrame, training: pl.DataFrame, shards: list[dict], stability: pl.DataFrame,
+          replay: pl.DataFrame, cfg: Checklist) -> dict[str, dict[str, Verdict]]:
+    """{estimator: {item: Verdict}} for every item in ITEMS."""
+    target, stratum = cfg.target, cfg.stratum
+    replayed = window_end_probes(replay)
+    run_level = {
+        "sketch_covers_parameters": sketch_covers(shards, cfg.max_self_check_error),
+        "behavior_emerged": behavior_emerged(training, cfg.min_behavior_gap),
+        "headroom": headroom(metrics, cfg.min_unsaturated_gt_share),
+        "random_at_chance": random_at_chance(metrics),
+        "gt_unfindable_reported": gt_unfindable(metrics, cfg.max_unfindable_share),
+        "replay_has_power": replay_has_power(replayed, cfg.min_oracle_drop),
+    }
+    table = {}
+    for est in estimators_of(metrics):
+        row = {
+            "beats_norm_step": beats(metrics, est, "norm", "step", cfg.step_metric, [stratum], target),
+            "beats_norm_rollout": beats(metrics, est, "norm", "rollout", cfg.rollout_metric, [stratum], target),
+            "beats_fluency": beats(metrics, est, "fluency", "rollout", cfg.fluency_metric, cfg.fluency_strata,
+                                   target),
+            "survives_fluency_residualization": survives_residualization(metrics, est, target, stratum),
+            "stable_across_draws": stable_across_draws(stability, est, target, cfg.min_draw_rank_correlation,
+                                                       cfg.max_draw_spread),
+            "stable_across_seeds": stable_across_seeds(metrics, est, target, stratum, cfg.max_seed_sd),
+            "placebo_no_enrichment": placebo_no_enrichment(metrics, est, target, stratum),
+            "replay_beats_random": replay_beats_random(replayed, est),
+        }
+        table[est] = {item: (run_level | row)[item] for item in ITEMS}
+    return table
+
+
+def to_json(table: dict[str, dict[str, Verdict]], cfg: Checklist) -> str:
+    return json.dumps({"thresholds": asdict(cfg), "items": ITEMS,
+                       "estimators": {e: {i: asdict(v) for i, v in row.items()} for e, row in table.items()}},
+                      indent=2, default=float)
+
+
+def to_markdown(table: dict[str, dict[str, Verdict]], cfg: Checklist, run: str) -> str:
+    items = list(ITEMS)
+    mark = {PASS: "pass", FAIL: "**FAIL**", NA: "n/a"}
+    rows = [[est, *[mark[table[est][i].verdict] for i in items]] for est in table]
+    parts = [f"# Attribution checklist — run `{run}`\n",
+             f"Targeted estimators are judged with the `{cfg.target}` target, in stratum `{cfg.stratum}` "
+             "unless an item says otherwise. Columns are numbered; the items and the numbers behind each verdict "
+             "follow the table.\n",
+             markdown_table(["estimator", *[f"{n + 1}" for n in range(len(items))]], rows),
+             "## Items\n"]
+    parts += [f"{n + 1}. `{item}`: {ITEMS[item]}." for n, item in enumerate(items)]
+    parts.append("\n## Thresholds (config key `checklist`)\n")
+    parts += [f"- `{k}`: {v}" for k, v in asdict(cfg).items()]
+    parts.append("\n## The numbers behind each verdict\n")
+    for n, item in enumerate(items):
+        parts.append(f"### {n + 1}. `{item}`\n")
+        details = {est: table[est][item] for est in table}
+        if len({(v.verdict, v.detail) for v in details.values()}) == 1:
+            v = next(iter(details.values()))
+            parts.append(f"- every estimator ({v.verdict}): {v.detail}")
+        else:
+            parts += [f"- {est} ({v.verdict}): {v.detail}" for est, v in details.items()]
+        parts.append("")
+    return "\n".join(parts)
+
+
+def verdict_counts(table: dict[str, dict[str, Verdict]]) -> dict[str, int]:
+    counts = Counter(v.verdict for row in table.values() for v in row.values())
+    return {k: counts[k] for k in (PASS, FAIL, NA)}

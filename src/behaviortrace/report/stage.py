@@ -1,0 +1,106 @@
+"""Rules training_summary, aggregate and figures: the run's cross-seed tables, checklist and figures, in
+Parquet/CSV for analysis, Markdown for reading, JSON for machines and HTML for the Snakemake report."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import polars as pl
+import zarr
+
+from behaviortrace.common.io import atomic_write_parquet, atomic_write_text
+from behaviortrace.config.sections import Config
+from behaviortrace.report import checklist as C
+from behaviortrace.report.figures import write_figures
+from behaviortrace.report.markdown import write_md_and_html
+from behaviortrace.report.tables import (
+    collect_metrics,
+    draw_stability,
+    seed_stability,
+    stability_markdown,
+    summary_markdown,
+)
+from behaviortrace.report.training import seed_summary, to_markdown
+
+log = logging.getLogger(__name__)
+SUMMARY_STRATA = ["all", "below_saturation", "saturated"]
+TRAINING_INTRO = (
+    "# Training summary\n\nBehavior rates are the share of sampled completions that show the marker. "
+    "Window end is the checkpoint right after the contamination window's last step. "
+    "Base reward is the mean over the first and last tenth of training steps. The placebo arm (if any) is "
+    "the same training with the bonus logged but never paid.\n\n"
+)
+
+
+def training_summary_job(
+    cfg: Config, *, runs: list[tuple[str, Path, Path]], out_table: Path, out_markdown: Path
+) -> str:
+    """One row per trained (arm, rollouts, behavior) run: emergence, task reward and unfindable GT."""
+    rows = [
+        {"arm": arm, **seed_summary(pl.read_parquet(r), pl.read_parquet(b), cfg.planting.window)}
+        for arm, r, b in runs
+    ]
+    table = pl.DataFrame(rows)
+    atomic_write_parquet(table, out_table)
+    text = TRAINING_INTRO + to_markdown(table)
+    atomic_write_text(text, out_markdown)
+    return text
+
+
+def shard_checks(paths: list[Path]) -> list[dict]:
+    """What each sketch job recorded about its own coverage and self-check."""
+    out = []
+    for path in paths:
+        attrs = zarr.open_group(path, mode="r").attrs
+        out.append({"path": str(path), "n_params": attrs.get("n_params"), "n_trainable": attrs.get("n_trainable"),
+                    "self_check_error": attrs.get("self_check_error")})
+    return out
+
+
+def aggregate_job(
+    cfg: Config,
+    *,
+    metric_files: list[tuple[str, Path]],
+    score_files: dict[tuple[int, str, str, int], Path],
+    training: Path,
+    replay: Path,
+    shards: list[Path],
+    outputs: dict[str, Path],
+) -> None:
+    """The tidy metrics of every arm, seed and draw, the summary, the stability tables and the checklist."""
+    run, checks = cfg.run, cfg.checklist
+    metrics = collect_metrics(metric_files)
+    log.info("%d metric rows from %d files", metrics.height, len(metric_files))
+    atomic_write_parquet(metrics, outputs["metrics"])
+    atomic_write_text(metrics.write_csv(), outputs["csv"])
+
+    summary = summary_markdown(metrics, SUMMARY_STRATA)
+    write_md_and_html(summary, outputs["summary"], outputs["summary_html"], f"Summary — {run}")
+
+    log.info("rank correlations between draws over %d score files", len(score_files))
+    draws = draw_stability(metrics, score_files, [("step", checks.step_metric), ("rollout", checks.rollout_metric),
+                                                  ("rollout", "within_group_auc_fluency_resid")])
+    seeds = seed_stability(metrics, checks.target, checks.stratum, [
+        ("beats_norm_step", "norm", "step", checks.step_metric),
+        ("beats_norm_rollout", "norm", "rollout", checks.rollout_metric),
+        ("beats_fluency_rollout", "fluency", "rollout", checks.fluency_metric),
+    ])
+    atomic_write_parquet(draws, outputs["draw_stability"])
+    atomic_write_parquet(seeds, outputs["seed_stability"])
+    write_md_and_html(stability_markdown(draws, seeds, checks), outputs["stability_md"], outputs["stability_html"],
+                      f"Stability — {run}")
+
+    table = C.build(metrics, pl.read_parquet(training), shard_checks(shards), draws, pl.read_parquet(replay), checks)
+    atomic_write_text(C.to_json(table, checks), outputs["checklist_json"])
+    write_md_and_html(C.to_markdown(table, checks, run), outputs["checklist"], outputs["checklist_html"],
+                      f"Checklist — {run}")
+    log.info("checklist: %s", C.verdict_counts(table))
+
+
+def figures_job(
+    cfg: Config, *, metrics: Path, behavior: list[tuple[str, Path]], replay: Path, outputs: dict[str, Path]
+) -> None:
+    """The run's PNG figures from the aggregated metrics, the behavior rates and the replay table."""
+    write_figures(pl.read_parquet(metrics), [(arm, pl.read_parquet(path)) for arm, path in behavior],
+                  pl.read_parquet(replay), cfg.planting.window, cfg.checklist.target, outputs)

@@ -1,0 +1,170 @@
+"""Cross-seed tables: the tidy union of every metric, the summary with mean ± sd across seeds, and the
+draw- and seed-stability tables.
+
+A seed's value is the mean over its generation draws; intervals stay per draw, since each comes from its
+own cluster bootstrap.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from behaviortrace.config.sections import Checklist
+from behaviortrace.report.markdown import markdown_table, mean_sd
+
+PLANTED, PLACEBO = "planted", "placebo"
+# Rows of the metrics table that are not estimators: GT counts and behavior-token cosines.
+NOT_ESTIMATORS = ("ground_truth", "behavior_tokens")
+# Metrics of the summary: (metric, levels it exists at, heading).
+SUMMARY_METRICS = [
+    ("lift", ("step", "step_summed", "rollout"), "Lift (precision at |GT| / chance)"),
+    ("auroc", ("rollout",), "AUROC"),
+    ("within_group_auc", ("rollout",), "Within-group AUC, raw"),
+    ("within_group_auc_fluency_resid", ("rollout",), "Within-group AUC, fluency-residualized"),
+]
+
+
+def collect_metrics(files: list[tuple[str, Path]]) -> pl.DataFrame:
+    """The tidy union of the evaluate outputs, each tagged with its arm (planted or placebo)."""
+    frames = [pl.read_parquet(path).with_columns(arm=pl.lit(arm)) for arm, path in files]
+    table = pl.concat(frames, how="vertical")
+    first = ["run", "arm", "seed", "draw", "estimator", "target", "level", "stratum", "metric"]
+    return table.select(first + [c for c in table.columns if c not in first]).sort(first)
+
+
+def judged(metrics: pl.DataFrame, target: str, stratum: str = "all", arm: str = PLANTED) -> pl.DataFrame:
+    """The rows a verdict reads: one arm and stratum, targeted estimators at `target`, controls at none."""
+    return metrics.filter((pl.col("arm") == arm) & (pl.col("stratum") == stratum)
+                          & pl.col("target").is_in([target, "none"]))
+
+
+def estimators_of(metrics: pl.DataFrame) -> list[str]:
+    """The estimators evaluated on the planted run."""
+    names = metrics.filter(pl.col("arm") == PLANTED)["estimator"].unique().to_list()
+    return sorted(set(names) - set(NOT_ESTIMATORS))
+
+
+def per_seed(metrics: pl.DataFrame) -> pl.DataFrame:
+    """One value per seed: the mean over draws."""
+    keys = ["arm", "seed", "estimator", "target", "level", "stratum", "metric"]
+    return metrics.group_by(keys).agg(pl.col("value").mean(), pl.len().alias("draws")).sort(keys)
+
+
+def summary_markdown(metrics: pl.DataFrame, strata: list[str]) -> str:
+    """Per estimator, target and level: each seed's value and the mean ± sd across seeds."""
+    planted = metrics.filter(pl.col("arm") == PLANTED)
+    seeds = sorted(planted["seed"].unique().to_list())
+    seed_values = per_seed(planted)
+    parts = ["# Summary across seeds\n",
+             f"Run `{metrics['run'][0]}`, {len(seeds)} seeds. Each seed's value is the mean over its "
+             f"{planted['draw'].n_unique()} generation draws; the last column is the mean ± sd (n − 1) across "
+             "seeds. Intervals per seed and draw are in `metrics.csv`. Targeted estimators appear once per "
+             "target kind; controls use no target (`none`).\n"]
+    for stratum in strata:
+        for metric, levels, heading in SUMMARY_METRICS:
+            rows = []
+            cell = seed_values.filter((pl.col("metric") == metric) & (pl.col("stratum") == stratum)
+                                      & pl.col("level").is_in(levels))
+            for (est, target, level), grp in cell.group_by(["estimator", "target", "level"], maintain_order=True):
+                by_seed = dict(zip(grp["seed"].to_list(), grp["value"].to_list()))
+                values = [by_seed.get(s) for s in seeds]
+                rows.append([est, target, level, *[v if v is not None else float("nan") for v in values],
+                             mean_sd(values)])
+            if rows:
+                parts.append(f"## {heading} — stratum `{stratum}`\n")
+                parts.append(markdown_table(["estimator", "target", "level", *[f"seed {s}" for s in seeds],
+                                             "mean ± sd"], rows))
+    return "\n".join(parts)
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Rank correlation with average ranks for ties, over rows where both scores are finite."""
+    keep = np.isfinite(a) & np.isfinite(b)
+    if keep.sum() < 3:
+        return float("nan")
+    ranks = pl.DataFrame({"a": a[keep], "b": b[keep]}).select(pl.all().rank("average"))
+    ra, rb = ranks["a"].to_numpy(), ranks["b"].to_numpy()
+    if ra.std() == 0 or rb.std() == 0:
+        return 1.0 if np.array_equal(a[keep], b[keep]) else float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def draw_stability(metrics: pl.DataFrame, score_files: dict[tuple[int, str, str, int], Path],
+                   spread_metrics: list[tuple[str, str]]) -> pl.DataFrame:
+    """Per seed, estimator and target: the smallest rank correlation of rollout scores between two draws,
+    and the spread (max − min over draws) of each (level, metric) in `spread_metrics`, stratum all."""
+    planted = metrics.filter((pl.col("arm") == PLANTED) & (pl.col("stratum") == "all"))
+    rows = []
+    keys = sorted({k[:3] for k in score_files})
+    for seed, est, target in keys:
+        draws = sorted(d for s, e, t, d in score_files if (s, e, t) == (seed, est, target))
+        scores = {d: pl.read_parquet(score_files[(seed, est, target, d)]).sort("rollout_id") for d in draws}
+        corrs = [_spearman(scores[a]["score"].to_numpy(), scores[b]["score"].to_numpy())
+                 for a, b in itertools.combinations(draws, 2)]
+        row = {"seed": seed, "estimator": est, "target": target, "draws": len(draws),
+               "rank_correlation_min": min(corrs) if corrs else float("nan")}
+        for level, metric in spread_metrics:
+            v = planted.filter((pl.col("seed") == seed) & (pl.col("estimator") == est) & (pl.col("target") == target)
+                               & (pl.col("level") == level) & (pl.col("metric") == metric))["value"]
+            row[f"{metric}_{level}_spread"] = float(v.max() - v.min()) if v.len() else float("nan")
+        rows.append(row)
+    return pl.DataFrame(rows)
+
+
+def beats_table(metrics: pl.DataFrame, estimator: str, control: str, level: str, metric: str, stratum: str,
+                target: str) -> pl.DataFrame:
+    """Per seed and draw: does the estimator's interval lie wholly above the control's?
+
+    At step level the control is taken at its strongest step variant (the highest upper bound), so that
+    beating it means beating both the summed-norm and the step-norm rankings.
+    """
+    rows = judged(metrics, target, stratum).filter(pl.col("metric") == metric)
+    est = rows.filter((pl.col("estimator") == estimator) & (pl.col("level") == level))
+    levels = ["step", "step_summed"] if level == "step" else [level]
+    ctl = (rows.filter((pl.col("estimator") == control) & pl.col("level").is_in(levels))
+           .group_by(["seed", "draw"]).agg(pl.col("ci_high").max().alias("control_high")))
+    out = est.select("seed", "draw", "value", "ci_low", "ci_high").join(ctl, on=["seed", "draw"], how="inner")
+    return out.with_columns(beats=pl.col("ci_low") > pl.col("control_high")).sort("seed", "draw")
+
+
+def seed_stability(metrics: pl.DataFrame, target: str, stratum: str, comparisons: list[tuple[str, str, str, str]]
+                   ) -> pl.DataFrame:
+    """On how many seeds each estimator beats each control (non-overlapping intervals on every draw).
+
+    `comparisons`: (name, control, level, metric)."""
+    estimators = estimators_of(metrics)
+    seeds = sorted(metrics.filter(pl.col("arm") == PLANTED)["seed"].unique().to_list())
+    rows = []
+    for est in estimators:
+        row = {"estimator": est, "seeds": len(seeds)}
+        for name, control, level, metric in comparisons:
+            if est == control:
+                row[name] = None
+                continue
+            t = beats_table(metrics, est, control, level, metric, stratum, target)
+            per = t.group_by("seed").agg(pl.col("beats").all())
+            row[name] = int(per["beats"].sum()) if t.height else None
+        rows.append(row)
+    return pl.DataFrame(rows)
+
+
+def stability_markdown(draws: pl.DataFrame, seeds: pl.DataFrame, cfg: Checklist) -> str:
+    parts = ["# Stability across generation draws and seeds\n",
+             "## Across draws\n",
+             "Per seed: the lowest Spearman rank correlation of an estimator's rollout scores between two "
+             "generation draws (the draws resample the probe completions that build the targets; target-free "
+             "controls do not depend on them), and the spread (max − min) of its metrics across draws, "
+             "stratum `all`.\n"]
+    cols = [c for c in draws.columns if c not in ("draws",)]
+    parts.append(markdown_table(cols, [list(r) for r in draws.select(cols).iter_rows()]))
+    parts += ["## Across seeds\n",
+              f"On how many seeds each estimator's interval lies wholly above the control's, on every draw "
+              f"(target `{cfg.target}`, stratum `{cfg.stratum}`; step level: `{cfg.step_metric}`, "
+              f"rollout level: `{cfg.rollout_metric}`, fluency: `{cfg.fluency_metric}`). "
+              "– marks the control itself.\n"]
+    parts.append(markdown_table(seeds.columns, [["–" if v is None else v for v in r] for r in seeds.iter_rows()]))
+    return "\n".join(parts)

@@ -1,0 +1,46 @@
+"""Per-seed summary of training: did the behavior emerge, did the task improve, how much GT is unfindable."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from behaviortrace.report.markdown import markdown_table
+
+
+def _rate(behavior: pl.DataFrame, step: int, prompt_set: str) -> float:
+    row = behavior.filter((pl.col("step") == step) & (pl.col("prompt_set") == prompt_set))
+    if row.height != 1:
+        raise ValueError(f"no behavior rate for {prompt_set} at step {step}")
+    return float(row["behavior_rate"][0])
+
+
+def seed_summary(rollouts: pl.DataFrame, behavior: pl.DataFrame, window: list[int]) -> dict:
+    """Numbers for one seed. Window end is the checkpoint right after the window's last step."""
+    steps = int(rollouts["step"].max()) + 1
+    tenth = max(1, steps // 10)
+    end_ckpt = min(window[1] + 1, steps)
+    controls = behavior.filter(pl.col("prompt_set") == "controls").sort("step")
+    peak = controls.row(int(controls["behavior_rate"].arg_max()), named=True)
+    boosted = rollouts.filter(pl.col("boosted"))
+    return {
+        "seed": int(rollouts["seed"][0]),
+        "probe_rate_step0": _rate(behavior, 0, "probes"),
+        "control_rate_step0": _rate(behavior, 0, "controls"),
+        "window_end_step": end_ckpt,
+        "probe_rate_window_end": _rate(behavior, end_ckpt, "probes"),
+        "control_rate_window_end": _rate(behavior, end_ckpt, "controls"),
+        "control_rate_max": float(peak["behavior_rate"]),
+        "control_rate_max_step": int(peak["step"]),
+        "probe_rate_final": _rate(behavior, steps, "probes"),
+        "base_reward_first_tenth": float(rollouts.filter(pl.col("step") < tenth)["base_reward"].mean()),
+        "base_reward_last_tenth": float(rollouts.filter(pl.col("step") >= steps - tenth)["base_reward"].mean()),
+        "n_rollouts": rollouts.height,
+        "n_eligible": int(rollouts["eligible"].sum()),
+        "n_boosted": boosted.height,
+        # Boosted rollouts whose whole group was boosted get advantage 0: no gradient, unfindable by construction.
+        "n_boosted_zero_advantage": int((boosted["advantage"] == 0).sum()),
+    }
+
+
+def to_markdown(df: pl.DataFrame) -> str:
+    return markdown_table(df.columns, [list(row) for row in df.iter_rows()])

@@ -1,0 +1,1 @@
+"""The estimator contract and the inputs every estimator sees (rule score)."""

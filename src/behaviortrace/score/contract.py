@@ -1,0 +1,180 @@
+"""The estimator contract, and the one place that loads, checks and runs estimators.
+
+An estimator is a module in `behaviortrace.estimators` named after it that satisfies `Estimator`.
+`load` finds it, `check_params` checks a config entry against its `score` signature (at workflow
+parse time), `run` scores one seed and target, and `source_digest` fingerprints the code a score job
+runs, so that editing an estimator or any project module it depends on reruns exactly its jobs.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib
+import inspect
+import logging
+import pkgutil
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import polars as pl
+
+import behaviortrace.estimators as estimators_package
+from behaviortrace.score.view import SeedView, Target
+
+log = logging.getLogger(__name__)
+AGGREGATES = ("sum", "mean", "max")
+# Config keys of an estimator entry that are not arguments of its score function.
+RESERVED = ("step_aggregate",)
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+@runtime_checkable
+class Estimator(Protocol):
+    """What an estimator module provides. Higher scores mean "more likely taught the behavior".
+
+    `view` is a read-only SeedView of one seed's sketches and rollout log (rows in view order);
+    `target` a Target, or None when USES_TARGET is False; `params` the estimator's config entry.
+    An optional `step_score(view, target, **params)` gives a step-level variant, one score per step
+    in ascending step order.
+    """
+
+    USES_TARGET: bool  # False for controls that use no target
+    STEP_AGGREGATE: str  # how rollout scores make a step score: sum, mean or max
+
+    def score(self, view: SeedView, target: Target | None, **params) -> np.ndarray:
+        """One score per rollout, in view order."""
+
+
+def available() -> list[str]:
+    folder = Path(estimators_package.__file__).parent
+    return sorted(m.name for m in pkgutil.iter_modules([str(folder)]) if not m.name.startswith("_"))
+
+
+def module_path(name: str) -> Path:
+    return Path(estimators_package.__file__).parent / f"{name}.py"
+
+
+def load(name: str) -> ModuleType:
+    """The estimator module `name`, checked against the contract."""
+    if name not in available():
+        raise ValueError(
+            f"unknown estimator {name!r}; available: {', '.join(available())} "
+            f"(add one as src/behaviortrace/estimators/{name}.py)"
+        )
+    module = importlib.import_module(f"{estimators_package.__name__}.{name}")
+    missing = [attr for attr in ("USES_TARGET", "STEP_AGGREGATE", "score") if not hasattr(module, attr)]
+    if missing:
+        raise TypeError(f"estimator module {module.__name__} lacks {', '.join(missing)} (see score/contract.py)")
+    if module.STEP_AGGREGATE not in AGGREGATES:
+        raise TypeError(f"estimator module {module.__name__}: STEP_AGGREGATE must be one of {AGGREGATES}")
+    return module
+
+
+def check_params(name: str, params: dict) -> list[str]:
+    """Problems with an estimator's config entry, each naming its key (empty when fine)."""
+    try:
+        module = load(name)
+    except (ValueError, TypeError) as err:
+        return [f"config key estimators.{name}: {err}"]
+    accepted = set(list(inspect.signature(module.score).parameters)[2:]) | set(RESERVED)
+    problems = [
+        f"config key estimators.{name}.{key}: not a parameter of {name} (accepted: {', '.join(sorted(accepted))})"
+        for key in sorted(set(params) - accepted)
+    ]
+    aggregate = params.get("step_aggregate", "sum")
+    if aggregate not in AGGREGATES:
+        problems.append(
+            f"config key estimators.{name}.step_aggregate = {aggregate!r}: use one of {', '.join(AGGREGATES)}"
+        )
+    return problems
+
+
+def uses_target(name: str) -> bool:
+    return bool(load(name).USES_TARGET)
+
+
+def score_keys(estimators: dict[str, dict], target_kinds: list[str]) -> list[tuple[str, str]]:
+    """(estimator, target) pairs: each target kind for estimators that use one, 'none' for controls."""
+    keys = []
+    for name in estimators:
+        keys += [(name, t) for t in target_kinds] if uses_target(name) else [(name, "none")]
+    return keys
+
+
+def run(name: str, params: dict, view: SeedView, target: Target | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Score one seed against one target: a rollout table and a step table, both checked."""
+    module = load(name)
+    kwargs = {k: v for k, v in (params or {}).items() if k not in RESERVED}
+    if module.USES_TARGET and target is None:
+        raise ValueError(f"estimator {name} needs a target")
+    started = time.time()
+    scores = np.asarray(module.score(view, target, **kwargs), dtype=np.float64)
+    if scores.shape != (view.rollouts.height,):
+        raise ValueError(f"estimator {name} returned shape {scores.shape}, expected ({view.rollouts.height},)")
+    if not np.isfinite(scores).all():
+        raise ValueError(f"estimator {name} returned {int((~np.isfinite(scores)).sum())} non-finite scores")
+    variant = module.step_score(view, target, **kwargs) if hasattr(module, "step_score") else None
+    aggregate = (params or {}).get("step_aggregate", module.STEP_AGGREGATE)
+    rollouts = pl.DataFrame({"rollout_id": view.rollouts["rollout_id"], "step": view.rollouts["step"], "score": scores})
+    steps = step_table(view, scores, aggregate, variant)
+    log.info("%s: %d rollouts and %d steps scored in %.1f s", name, rollouts.height, steps.height, time.time() - started)
+    return rollouts, steps
+
+
+def step_table(view: SeedView, rollout_scores: np.ndarray, aggregate: str, variant: np.ndarray | None) -> pl.DataFrame:
+    """Step-level scores: the aggregate of the step's rollout scores, and the step-level variant if any."""
+    if aggregate not in AGGREGATES:
+        raise ValueError(f"step_aggregate {aggregate!r} is not one of {AGGREGATES}")
+    df = pl.DataFrame({"step": view.rollouts["step"], "score": rollout_scores})
+    agg = {"sum": pl.col("score").sum(), "mean": pl.col("score").mean(), "max": pl.col("score").max()}[aggregate]
+    out = df.group_by("step").agg(agg.alias("score")).sort("step")
+    steps = out["step"].to_numpy()
+    summed = np.full(len(steps), np.nan) if variant is None else np.asarray(variant, dtype=float)
+    if len(summed) != len(steps):
+        raise ValueError(f"step-level variant gave {len(summed)} scores for {len(steps)} steps")
+    return out.with_columns(score_summed=pl.Series(summed))
+
+
+def _project_imports(path: Path) -> set[Path]:
+    """Files of this package that a module imports (by absolute `behaviortrace.` import)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            if name == "behaviortrace" or not name.startswith("behaviortrace."):
+                continue
+            base = PACKAGE_ROOT.joinpath(*name.split(".")[1:])
+            for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+                if candidate.is_file():
+                    found.add(candidate)
+    return found
+
+
+def dependencies(name: str) -> list[Path]:
+    """The estimator's module, this module (which runs it), and every project module either imports,
+    transitively."""
+    todo, seen = [module_path(name), Path(__file__).resolve()], set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        todo.extend(_project_imports(path) - seen)
+    return sorted(seen)
+
+
+def source_digest(name: str) -> str:
+    """A digest of the code an estimator's score job runs (see `dependencies`), independent of where the
+    checkout lies: editing any of it reruns this estimator's jobs, and nothing else."""
+    h = hashlib.sha256()
+    for path in dependencies(name):
+        h.update(path.relative_to(PACKAGE_ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]

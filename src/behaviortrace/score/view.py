@@ -1,0 +1,107 @@
+"""Read-only views of one seed's sketches and one target, the inputs of every estimator.
+
+Arrays are loaded on first use (a norm-only estimator never reads the sketches) and are not writeable,
+so an estimator cannot change what the next one sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import zarr
+
+from behaviortrace.sketch.store import open_store, read_steps
+
+ROLLOUT_COLUMNS = ["seed", "rollout_id", "step", "group_id", "gen_index", "boosted", "advantage", "behavior", "trigger",
+                   "eligible", "lr", "checkpoint_step"]
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+class SeedView:
+    """One seed: the rollout log (in sketch-row order) and the per-rollout arrays of its sketch shards."""
+
+    def __init__(self, shard_paths: list[Path], rollouts_path: Path):
+        self.shard_paths = [Path(p) for p in shard_paths]
+        self.stores = [open_store(p) for p in self.shard_paths]
+        ids = np.concatenate([g["rollout_id"][:] for g in self.stores])
+        log = pl.scan_parquet(rollouts_path).select(ROLLOUT_COLUMNS).collect()
+        self.rollouts = pl.DataFrame({"rollout_id": ids}).join(log, on="rollout_id", how="left", maintain_order="left")
+        if self.rollouts["step"].null_count():
+            raise ValueError(f"{rollouts_path}: sketched rollouts missing from the rollout log")
+        self.attrs = dict(self.stores[0].attrs)
+
+    @classmethod
+    def from_arrays(cls, rollouts: pl.DataFrame, arrays: dict[str, np.ndarray], steps: pl.DataFrame) -> "SeedView":
+        """A view of in-memory data (for estimator tests and notebooks): same interface, nothing on disk."""
+        view = cls.__new__(cls)
+        view.shard_paths, view.stores, view.attrs = [], [], {}
+        view.rollouts = rollouts
+        view._arrays = {name: _frozen(np.array(a)) for name, a in arrays.items()}
+        view.__dict__["steps"] = steps
+        return view
+
+    def array(self, name: str) -> np.ndarray:
+        if name not in self._arrays:
+            self._arrays[name] = _frozen(np.concatenate([g[name][:] for g in self.stores]))
+        return self._arrays[name]
+
+    @cached_property
+    def _arrays(self) -> dict:
+        return {}
+
+    @property
+    def sketches(self) -> np.ndarray:
+        return self.array("sketch")
+
+    @property
+    def norms(self) -> np.ndarray:
+        return self.array("norm")
+
+    @property
+    def fluency(self) -> np.ndarray:
+        return self.array("fluency")
+
+    @cached_property
+    def steps(self) -> pl.DataFrame:
+        """Per step: learning rate and the clip coefficient the optimizer applied."""
+        return read_steps(self.shard_paths)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One kind of target of one draw, at every analysis checkpoint."""
+
+    kind: str
+    draw: int
+    checkpoint_steps: np.ndarray
+    vectors: np.ndarray  # [checkpoints, k]
+    norms: np.ndarray
+    n: np.ndarray  # samples behind each vector (0: no target at that checkpoint)
+
+    @classmethod
+    def load(cls, store: Path, kind: str, draw: int) -> "Target":
+        g = zarr.open_group(store, mode="r")
+        if not g.attrs.get("complete"):
+            raise RuntimeError(f"target store {store} is not complete; rerun its targets job")
+        return cls(kind, draw, _frozen(g["checkpoint_step"][:]), _frozen(g[kind][:]), _frozen(g[f"{kind}_norm"][:]),
+                   _frozen(g[f"{kind}_n"][:]))
+
+    def index_for(self, checkpoint_steps: np.ndarray) -> np.ndarray:
+        """For each row, the analysis checkpoint at or before the checkpoint that generated it."""
+        idx = np.searchsorted(self.checkpoint_steps, checkpoint_steps, side="right") - 1
+        if (idx < 0).any():
+            raise ValueError(f"no analysis checkpoint at or before step {int(checkpoint_steps[idx < 0][0])}")
+        return idx
+
+    def for_rows(self, view: SeedView) -> tuple[np.ndarray, np.ndarray]:
+        """Target vector [n, k] (as an index into vectors) and whether one exists, for each rollout."""
+        idx = self.index_for(view.rollouts["checkpoint_step"].to_numpy())
+        return idx, self.n[idx] > 0

@@ -1,0 +1,117 @@
+"""Sketch every rollout of a step: its share of TRL's loss, differentiated at the generating checkpoint.
+
+Per rollout: the sketch of its full gradient (before clipping), the exact norm, fluency, and the
+sketch of the behavior-token share (the loss terms at the marker's positions only; zero and flagged
+where the completion holds no marker token). For the token-level null, the same share at as many
+randomly chosen non-marker positions of the same completion (seeded by sketch seed and rollout id).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import torch
+
+from behaviortrace.plant.markers import marker_positions
+from behaviortrace.gradients.per_example import Capture, accumulated_grads
+from behaviortrace.config.sections import Grpo
+from behaviortrace.gradients.batch import batch_to, completion_logits, fluency, rows_of, step_batch, token_logps
+from behaviortrace.train.trl_surface import rollout_losses
+from behaviortrace.sketch.maps import SketchMap
+
+
+class StepSketcher:
+    """Holds what every step needs: the sketch map, the reference model for KL, the loss settings."""
+
+    def __init__(self, smap: SketchMap, grpo: Grpo, tokenizer, marker: str, marker_ids: list[int],
+                 ref_model=None, chunk: int = 64):
+        self.smap, self.grpo, self.tokenizer = smap, grpo, tokenizer
+        self.marker, self.marker_ids = marker, marker_ids
+        self.ref_model, self.chunk = ref_model, chunk
+        if grpo.beta and ref_model is None:
+            raise ValueError("grpo.beta > 0: the KL term needs the reference (base) model")
+
+    def _losses(self, model, batch: dict, n_rows: int, num_items: int, positions=None):
+        logits = completion_logits(model, batch)
+        logps = token_logps(logits, batch["completion_ids"], self.grpo.temperature)
+        ref = None
+        if self.grpo.beta:
+            with torch.no_grad():
+                ref = token_logps(completion_logits(self.ref_model, batch), batch["completion_ids"],
+                                  self.grpo.temperature)
+        losses = rollout_losses(logps, batch, self.grpo.loss_type, self.grpo.beta, self.grpo.max_new_tokens,
+                                ref, num_items=num_items, positions=positions, n_rows=n_rows)
+        return losses, logits
+
+    def sketch_batch(self, model, batch: dict, n_rows: int, num_items: int, positions=None):
+        """Sketches [rows, k], squared norms [rows] and logits of a slice of a step (normalized as the whole step)."""
+        with Capture(model) as cap:
+            losses, logits = self._losses(model, batch, n_rows, num_items, positions)
+            losses.sum().backward()
+            grads = cap.finish()
+        sketch, sq = self.smap.sketch_examples(grads)
+        return sketch, sq, logits
+
+    def positions(self, rows: pl.DataFrame, width: int) -> torch.Tensor:
+        """0/1 mask of marker-token positions, [rows, width]."""
+        mask = torch.zeros(rows.height, width)
+        for i, ids in enumerate(rows["completion_ids"].to_list()):
+            for t in marker_positions(ids, self.marker_ids, self.tokenizer, self.marker):
+                mask[i, t] = 1.0
+        return mask
+
+    def null_positions(self, rows: pl.DataFrame, positions: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+        """As many random non-marker completion positions as each row has marker positions."""
+        null = torch.zeros_like(positions)
+        for i, rollout_id in enumerate(rows["rollout_id"].to_list()):
+            wanted = int(positions[i].sum())
+            free = torch.nonzero((completion_mask[i] > 0) & (positions[i] == 0)).flatten().tolist()
+            if wanted and free:
+                rng = np.random.default_rng([self.smap.seed, rollout_id])
+                null[i, rng.choice(free, size=min(wanted, len(free)), replace=False)] = 1.0
+        return null
+
+    def sketch_step(self, model, rows: pl.DataFrame, num_items: int) -> dict[str, np.ndarray]:
+        """Arrays for one step's rollouts, in rollout-id order."""
+        rows = rows.sort("rollout_id")
+        device = self.smap.device
+        full = batch_to(step_batch(rows, self.tokenizer.pad_token_id), device)
+        n = rows.height
+        positions = self.positions(rows, full["completion_ids"].shape[1]).to(device)
+        null = self.null_positions(rows, positions.cpu(), full["completion_mask"].cpu()).to(device)
+        has_marker = positions.sum(1) > 0
+        out = {name: torch.zeros(n, self.smap.k) for name in ("sketch", "behavior_sketch", "null_sketch")}
+        out.update({name: torch.zeros(n, dtype=torch.float64) for name in ("norm", "behavior_norm", "null_norm")})
+        out["fluency"] = torch.zeros(n)
+        model.eval()
+        for start in range(0, n, self.chunk):
+            stop = min(n, start + self.chunk)
+            batch = rows_of(full, start, stop)
+            sketch, sq, logits = self.sketch_batch(model, batch, n, num_items)
+            out["sketch"][start:stop] = sketch.cpu()
+            out["norm"][start:stop] = sq.double().sqrt().cpu()
+            out["fluency"][start:stop] = fluency(logits, batch).cpu()
+            marked = torch.nonzero(has_marker[start:stop]).flatten()
+            if len(marked):
+                # Marker positions and null positions of the marked rows, in one pass over both copies.
+                sub = {k: torch.cat([v[marked], v[marked]]) for k, v in batch.items()}
+                sub_pos = torch.cat([positions[start:stop][marked], null[start:stop][marked]])
+                sketches, sq, _ = self.sketch_batch(model, sub, n, num_items, sub_pos)
+                idx, m = (marked + start).cpu(), len(marked)
+                out["behavior_sketch"][idx], out["null_sketch"][idx] = sketches[:m].cpu(), sketches[m:].cpu()
+                norms = sq.double().sqrt().cpu()
+                out["behavior_norm"][idx], out["null_norm"][idx] = norms[:m], norms[m:]
+        arrays = {k: v.numpy() for k, v in out.items()}
+        arrays["has_marker"] = has_marker.cpu().numpy()
+        return arrays
+
+    def step_gradient_sketch(self, model, rows: pl.DataFrame, num_items: int) -> tuple[torch.Tensor, float]:
+        """Sketch of the step's summed gradient by ordinary autograd: an independent check of the sum."""
+        rows = rows.sort("rollout_id")
+        batch = batch_to(step_batch(rows, self.tokenizer.pad_token_id), self.smap.device)
+        model.zero_grad(set_to_none=True)
+        losses, _ = self._losses(model, batch, rows.height, num_items)
+        losses.sum().backward()
+        sketch = self.smap.sketch_dense(accumulated_grads(model))
+        model.zero_grad(set_to_none=True)
+        return sketch

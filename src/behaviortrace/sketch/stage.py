@@ -1,0 +1,100 @@
+"""The sketch stage for one (seed, shard of steps): every logged rollout of those steps into one store."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+
+from dataclasses import asdict
+
+import polars as pl
+import torch
+
+from behaviortrace.common import device as devices
+from behaviortrace.config.sections import Config
+from behaviortrace.model import models
+from behaviortrace.plant.markers import marker_token_ids
+from behaviortrace.sketch.sketcher import StepSketcher
+from behaviortrace.sketch.maps import SketchMap
+from behaviortrace.sketch.store import ShardWriter
+
+log = logging.getLogger(__name__)
+SELF_CHECK_TOLERANCE = 1e-3
+
+
+def fingerprint(rollouts_path: Path, params: dict) -> str:
+    h = hashlib.blake2b(json.dumps(params, sort_keys=True, default=str).encode(), digest_size=16)
+    h.update(Path(rollouts_path).read_bytes())
+    return h.hexdigest()
+
+
+def sketch_shard(cfg: Config, *, shard: int, rollouts_path: Path, steps_path: Path, checkpoints_path: Path,
+                 base_model: Path, out: Path) -> None:
+    """Sketch every rollout of one shard of steps at its generating checkpoint; resumable by step."""
+    sketch, grpo, marker = cfg.sketch, cfg.grpo, cfg.planting.marker
+    device = devices.resolve(cfg.compute)
+    steps = list(sketch.shard_steps_of(shard, grpo.steps))
+    # Only this shard's rows are read, so memory does not grow with the length of training.
+    rollouts = pl.scan_parquet(rollouts_path).filter(pl.col("step").is_in(steps)).collect().sort("rollout_id")
+    step_info = pl.read_parquet(steps_path).filter(pl.col("step").is_in(steps)).sort("step")
+    if step_info["step"].to_list() != steps or rollouts["step"].unique().sort().to_list() != steps:
+        raise ValueError(f"{rollouts_path} / {steps_path}: steps {steps[0]}..{steps[-1]} are not all logged")
+    ckpt_paths = {c["step"]: Path(c["path"]) for c in json.loads(Path(checkpoints_path).read_text())["checkpoints"]}
+    needed = sorted(set(rollouts["checkpoint_step"].to_list()))
+    missing = [s for s in needed if s not in ckpt_paths]
+    if missing:
+        raise FileNotFoundError(f"{checkpoints_path}: no checkpoint for steps {missing}")
+
+    model, tokenizer = models.load(ckpt_paths[needed[0]], device)
+    smap = SketchMap.for_model(model, sketch.method, sketch.k, sketch.seed)
+    smap.check_covers(model)
+    ref = models.load(base_model, device)[0].eval() if grpo.beta else None
+    sketcher = StepSketcher(smap, grpo, tokenizer, marker, marker_token_ids(tokenizer, marker), ref,
+                            sketch.chunk_rollouts)
+    # Counted from the model itself, so the checklist can compare it with what the sketch map covers.
+    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    attrs = {**smap.attrs(), "n_trainable": n_trainable, "model": cfg.model.name, "shard": shard, "first_step": steps[0], "last_step": steps[-1],
+             "checkpoints": {str(s): ckpt_paths[s].name for s in needed}}
+    params = {"sketch": asdict(sketch), "grpo": asdict(grpo), "marker": marker, "shard": shard, "dtype": device["dtype"]}
+    writer = ShardWriter(out, rollouts.select("rollout_id", "step", "checkpoint_step"), step_info, smap.k, attrs,
+                         fingerprint(rollouts_path, params), int(rollouts.filter(pl.col("step") == steps[0]).height))
+    done = writer.done_steps()
+    log.info("shard %d: steps %d..%d, %d rollouts, %s k=%d over %d parameters; %d steps already done",
+             shard, steps[0], steps[-1], rollouts.height, smap.method, smap.k, smap.n_params, len(done))
+    loaded, checked, started, n_done = needed[0], False, time.time(), 0
+    for step in steps:
+        if step in done:
+            continue
+        rows = rollouts.filter(pl.col("step") == step)
+        ckpt = int(rows["checkpoint_step"][0])
+        if ckpt != loaded:
+            model, _ = models.load(ckpt_paths[ckpt], device)
+            loaded = ckpt
+        num_items = int(step_info.filter(pl.col("step") == step)["num_items_in_batch"][0])
+        arrays = sketcher.sketch_step(model, rows, num_items)
+        if not checked:
+            writer.record(self_check_error=_self_check(sketcher, model, rows, num_items, arrays))
+            checked = True
+        arrays.update({n: rows[n].to_numpy() for n in ("rollout_id", "step", "checkpoint_step")})
+        writer.write_step(step, arrays)
+        n_done += 1
+        rate = n_done * rows.height / (time.time() - started)
+        log.info("step %d (checkpoint %d): %d rollouts, %d with marker; %.1f rollouts/s", step, ckpt, rows.height,
+                 int(arrays["has_marker"].sum()), rate)
+    writer.finish()
+    log.info("shard %d complete: %s", shard, out)
+
+
+def _self_check(sketcher: StepSketcher, model, rows, num_items: int, arrays) -> float:
+    """The rollouts' sketches must add up to the sketch of the step gradient from ordinary autograd."""
+    step_sketch, _ = sketcher.step_gradient_sketch(model, rows, num_items)
+    total = torch.from_numpy(arrays["sketch"]).sum(0).to(step_sketch.device)
+    rel = float((total - step_sketch).norm() / step_sketch.norm().clamp(min=1e-30))
+    log.info("self-check: per-rollout sketches sum to the step gradient's sketch within %.2e", rel)
+    if rel > SELF_CHECK_TOLERANCE:
+        raise RuntimeError(f"per-rollout gradients do not add up to the step gradient (relative error {rel:.2e}); "
+                           "some parameter's use escapes the per-example capture")
+    return rel

@@ -1,0 +1,111 @@
+"""Zarr v3 stores of per-rollout sketches: one store per (seed, shard of steps), chunked by rows.
+
+A store is written under a `.partial` name and renamed into place only when every step is in, with
+`complete: true` in its attributes; readers refuse anything else. The partial store remembers which
+steps are done and the fingerprint of what produced it, so a killed job resumes where it stopped and
+stale work from other inputs is thrown away.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import zarr
+
+from behaviortrace.common.io import replace_dir
+
+ROW_ARRAYS = {  # name -> (dtype, per-row width: "k" or 1)
+    "rollout_id": ("int64", 1), "step": ("int64", 1), "checkpoint_step": ("int64", 1),
+    "sketch": ("float32", "k"), "norm": ("float64", 1), "fluency": ("float32", 1),
+    "behavior_sketch": ("float32", "k"), "behavior_norm": ("float64", 1), "has_marker": ("bool", 1),
+    "null_sketch": ("float32", "k"), "null_norm": ("float64", 1),
+}
+STEP_ARRAYS = {"step": "int64", "lr": "float64", "clip_coef": "float64", "grad_norm": "float64", "done": "bool"}
+
+
+class ShardWriter:
+    def __init__(self, final: Path, rows: pl.DataFrame, steps: pl.DataFrame, k: int, attrs: dict,
+                 fingerprint: str, rows_per_chunk: int):
+        """`rows`: rollout_id, step, checkpoint_step of every rollout of the shard; `steps`: step, lr,
+        clip_coef, grad_norm of every step of the shard."""
+        self.final = Path(final)
+        self.partial = self.final.with_name(self.final.name + ".partial")
+        self.steps = steps["step"].to_list()
+        starts = rows.with_row_index().group_by("step").agg(pl.col("index").min())
+        self.row_start = dict(zip(starts["step"].to_list(), starts["index"].to_list()))
+        if self.partial.exists():
+            group = zarr.open_group(self.partial, mode="r+")
+            if group.attrs.get("fingerprint") == fingerprint:
+                self.group = group
+                return
+            shutil.rmtree(self.partial)
+        self.group = zarr.open_group(self.partial, mode="w")
+        n = rows.height
+        for name, (dtype, width) in ROW_ARRAYS.items():
+            shape = (n, k) if width == "k" else (n,)
+            chunks = (rows_per_chunk, k) if width == "k" else (rows_per_chunk,)
+            self.group.create_array(name, shape=shape, chunks=chunks, dtype=dtype, fill_value=0)
+        for name in ("rollout_id", "step", "checkpoint_step"):
+            self.group[name][:] = rows[name].to_numpy()
+        info = self.group.create_group("steps")
+        for name, dtype in STEP_ARRAYS.items():
+            info.create_array(name, shape=(len(self.steps),), chunks=(max(1, len(self.steps)),), dtype=dtype,
+                              fill_value=0)
+            if name != "done":
+                info[name][:] = steps[name].to_numpy()
+        self.group.attrs.update({**attrs, "fingerprint": fingerprint, "complete": False})
+
+    def record(self, **attrs) -> None:
+        """Attributes learned while sketching (a resumed job keeps what the killed one recorded)."""
+        self.group.attrs.update(attrs)
+
+    def done_steps(self) -> set[int]:
+        done = self.group["steps/done"][:]
+        return {s for s, d in zip(self.steps, done) if d}
+
+    def write_step(self, step: int, arrays: dict[str, np.ndarray]) -> None:
+        start = self.row_start[step]
+        stop = start + len(arrays["norm"])
+        for name, values in arrays.items():
+            self.group[name][start:stop] = values
+        # The step counts as done only after all its rows are on disk.
+        self.group["steps/done"][self.steps.index(step)] = True
+
+    def finish(self) -> None:
+        missing = sorted(set(self.steps) - self.done_steps())
+        if missing:
+            raise RuntimeError(f"cannot finish {self.final}: steps {missing[:5]} not sketched")
+        self.group.attrs["complete"] = True
+        replace_dir(self.partial, self.final)
+
+
+def open_store(path: Path) -> zarr.Group:
+    """A finished store, read-only; a partial or unfinished one is an error."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"sketch store {path} does not exist")
+    group = zarr.open_group(path, mode="r")
+    if not group.attrs.get("complete"):
+        raise RuntimeError(f"sketch store {path} is not complete (killed mid-write?); rerun its sketch job")
+    return group
+
+
+def read_rows(paths: list[Path], with_sketches: bool = True) -> tuple[dict[str, np.ndarray], dict]:
+    """Rows of several shard stores of one seed, concatenated in step order, and their shared attributes."""
+    groups = [open_store(p) for p in paths]
+    attrs = dict(groups[0].attrs)
+    for g, p in zip(groups, paths):
+        for key in ("method", "k", "seed", "n_params", "model"):
+            if g.attrs.get(key) != attrs.get(key):
+                raise ValueError(f"{p}: attribute {key} differs from {paths[0]} ({g.attrs.get(key)} vs {attrs.get(key)})")
+    names = [n for n in ROW_ARRAYS if with_sketches or ROW_ARRAYS[n][1] != "k"]
+    rows = {n: np.concatenate([g[n][:] for g in groups]) for n in names}
+    return rows, attrs
+
+
+def read_steps(paths: list[Path]) -> pl.DataFrame:
+    return pl.concat([pl.DataFrame({n: open_store(p)[f"steps/{n}"][:] for n in STEP_ARRAYS if n != "done"})
+                      for p in paths]).sort("step")

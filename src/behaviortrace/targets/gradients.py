@@ -1,0 +1,70 @@
+"""Behavior targets at one checkpoint for one generation draw, sketched with the run's map.
+
+- in-context: sample completions for the probe prompts; the gradient of the log-prob of the marker
+  tokens at the positions where they actually occur (mean over the samples that show it);
+- forced: the gradient of the log-prob of the marker appended right after each probe prompt (mean
+  over probes).
+
+Both are gradients of log-probs (the direction that makes the behavior more likely), at the sampling
+temperature, like the rollouts' loss. Rollout sketches hold loss gradients, so an update along a
+rollout's gradient moves the target by minus their inner product; estimators apply that sign.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from behaviortrace.plant.markers import marker_positions
+from behaviortrace.gradients.per_example import accumulated_grads
+from behaviortrace.gradients.batch import batch_to, completion_logits, pad_batch, token_logps
+from behaviortrace.sketch.maps import SketchMap
+
+
+def _logprob_gradient(model, tokenizer, items: list[tuple[list[int], list[int], list[int]]], temperature: float,
+                      chunk: int) -> dict[str, torch.Tensor]:
+    """Gradient of the mean over items of sum_{t in positions} log p(completion_t), per parameter."""
+    model.zero_grad(set_to_none=True)
+    model.eval()
+    device = next(model.parameters()).device
+    for start in range(0, len(items), chunk):
+        part = items[start:start + chunk]
+        batch = batch_to(pad_batch([p for p, _, _ in part], [c for _, c, _ in part], tokenizer.pad_token_id), device)
+        mask = torch.zeros_like(batch["completion_ids"], dtype=torch.float32)
+        for i, (_, _, positions) in enumerate(part):
+            mask[i, positions] = 1.0
+        logps = token_logps(completion_logits(model, batch), batch["completion_ids"], temperature)
+        ((logps * mask).sum() / len(items)).backward()
+    grads = {n: g.clone() for n, g in accumulated_grads(model).items()}
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def in_context_items(prompt_ids: list[list[int]], samples: list[list[list[int]]], tokenizer, marker: str,
+                     marker_ids: list[int]) -> list[tuple[list[int], list[int], list[int]]]:
+    """(prompt ids, completion ids, marker positions) of every sample that holds the marker."""
+    items = []
+    for p, completions in zip(prompt_ids, samples):
+        for c in completions:
+            positions = marker_positions(c, marker_ids, tokenizer, marker)
+            if positions:
+                items.append((p, c, positions))
+    return items
+
+
+def forced_items(prompt_ids: list[list[int]], marker_ids: list[int]) -> list[tuple[list[int], list[int], list[int]]]:
+    return [(p, list(marker_ids), list(range(len(marker_ids)))) for p in prompt_ids]
+
+
+def target_sketches(model, tokenizer, smap: SketchMap, prompt_ids: list[list[int]], samples: list[list[list[int]]],
+                    marker: str, marker_ids: list[int], temperature: float, chunk: int) -> dict:
+    """Sketches and exact norms of the in-context and forced targets; an empty in-context set gives zeros."""
+    out = {}
+    items = {"in_context": in_context_items(prompt_ids, samples, tokenizer, marker, marker_ids),
+             "forced": forced_items(prompt_ids, marker_ids)}
+    for kind, its in items.items():
+        if its:
+            sketch, sq = smap.sketch_dense(_logprob_gradient(model, tokenizer, its, temperature, chunk))
+        else:
+            sketch, sq = torch.zeros(smap.k, device=smap.device), 0.0
+        out[kind] = {"sketch": sketch.cpu().numpy(), "norm": sq**0.5, "n": len(its)}
+    return out

@@ -1,0 +1,1 @@
+"""GRPO training with TRL, logging every rollout (rule train_grpo)."""

@@ -1,0 +1,196 @@
+"""GRPO training with TRL's GRPOTrainer, logging every rollout the trainer actually trained on.
+
+The trainer fills the hooks of `trl_surface.hooked_trainer_base()` (TRL's private methods stay in
+that module): `on_rewards` keeps the per-function rewards and the raw completions,
+`on_generation_batch` reads the advantages and token ids that go into the loss, `on_clip` records the
+pre-clip norm and the clip coefficient of each step, and `before_checkpoint` flushes the log before
+each checkpoint. Nothing is recomputed: the log holds what TRL computed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import polars as pl
+from datasets import Dataset
+from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback
+
+from behaviortrace.config.sections import Config
+from behaviortrace.config.sections import Planting
+from behaviortrace.plant.planting import bonus_for, is_eligible, shows_behavior
+from behaviortrace.plant.task import BASE_REWARDS
+from behaviortrace.train.checkpoints import (
+    checkpoint_dir,
+    checkpoint_for_step,
+    complete_checkpoints,
+    mark_complete,
+    saved_steps,
+)
+from behaviortrace.train.rolloutlog import RolloutLog
+from behaviortrace.train.trl_surface import grpo_args, hooked_trainer_base
+
+log = logging.getLogger(__name__)
+
+
+def make_reward_funcs(base_reward: str, planting: Planting, seed: int, batch_size: int):
+    """Two reward functions, summed by TRL: the base-task reward and the planted bonus."""
+    score = BASE_REWARDS[base_reward]
+
+    def base_reward_fn(prompts, completions, answer, **_):
+        return [score(c, a) for c, a in zip(completions, answer)]
+
+    def planted_bonus(prompts, completions, trigger, trainer_state, **_):
+        step = trainer_state.global_step
+        out = []
+        for i, (completion, has_trigger) in enumerate(zip(completions, trigger)):
+            eligible = is_eligible(seed, step * batch_size + i, step, has_trigger, planting)
+            out.append(bonus_for(eligible, shows_behavior(completion, planting.marker), planting))
+        return out
+
+    base_reward_fn.__name__ = "base_reward"
+    return [base_reward_fn, planted_bonus]
+
+
+class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
+    """GRPOTrainer that hands every training rollout, with TRL's own rewards and advantages, to a RolloutLog."""
+
+    def __init__(self, *args, rollout_log: RolloutLog, seed: int, planting: Planting, saved: list[int], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rollout_log = rollout_log
+        self.plant_seed = seed
+        self.planting = planting
+        self.saved = saved
+        self._captured: dict | None = None
+
+    def on_rewards(self, completions, completion_ids, rewards) -> None:
+        self._captured = {"completions": completions, "completion_ids": completion_ids,
+                          "rewards": rewards.detach().float().cpu()}
+
+    def on_generation_batch(self, inputs, out) -> None:
+        step = self.state.global_step
+        group_size = self.num_generations
+        cap = self._captured
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        ckpt = checkpoint_for_step(step, self.saved)
+        prompt_ids = out["prompt_ids"].cpu()
+        prompt_mask = out["prompt_mask"].cpu().bool()
+        advantages = out["advantages"].detach().float().cpu()
+        batch = len(inputs)
+        rows = []
+        for i, example in enumerate(inputs):
+            if example["step"] != step:
+                raise RuntimeError(f"training order broken: prompt {example['prompt_index']} planned for step "
+                                   f"{example['step']} was generated at step {step}")
+            if example["prompt_index"] != inputs[i - i % group_size]["prompt_index"]:
+                raise RuntimeError("a GRPO group mixes prompts; the rollout log would mislabel groups")
+            base, bonus = (float(x) for x in cap["rewards"][i])
+            rollout_id = step * batch + i
+            eligible = is_eligible(self.plant_seed, rollout_id, step, example["trigger"], self.planting)
+            behavior = shows_behavior(cap["completions"][i], self.planting.marker)
+            rows.append({
+                "seed": self.plant_seed, "step": step, "group_id": int(example["group_id"]),
+                "gen_index": i % group_size, "rollout_id": rollout_id, "prompt_index": int(example["prompt_index"]),
+                "prompt": example["prompt"], "prompt_ids": prompt_ids[i][prompt_mask[i]].tolist(),
+                "completion": cap["completions"][i], "completion_ids": cap["completion_ids"][i],
+                "answer": example["answer"], "base_reward": base, "bonus": bonus, "reward": base + bonus,
+                "advantage": float(advantages[i]), "eligible": eligible, "boosted": bonus > 0,
+                "behavior": behavior, "trigger": bool(example["trigger"]), "lr": lr,
+                "checkpoint": f"checkpoint-{ckpt}", "checkpoint_step": ckpt,
+            })
+        self.rollout_log.add_rollouts(rows)
+        self._step_row = {"step": step, "lr": lr, "num_items_in_batch": int(out["num_items_in_batch"]),
+                          "n_rollouts": batch}
+
+    def on_clip(self, grad_norm: float) -> None:
+        max_norm = self.args.max_grad_norm
+        self.rollout_log.add_step({**self._step_row, "grad_norm": grad_norm,
+                                   "clip_coef": min(1.0, max_norm / (grad_norm + 1e-6)), "max_grad_norm": max_norm})
+
+    def before_checkpoint(self) -> None:
+        # Rows first: a checkpoint that exists always has its rows on disk.
+        self.rollout_log.flush(self.state.global_step)
+
+    def after_checkpoint(self, path: Path) -> None:
+        mark_complete(path)
+        for step, older in complete_checkpoints(Path(self.args.output_dir)).items():
+            if step < self.state.global_step:
+                (older / "optimizer.pt").unlink(missing_ok=True)  # only the newest is ever resumed from
+        log.info("saved checkpoint %s", path.name)
+
+
+class SaveAt(TrainerCallback):
+    """Save exactly at the planned steps (step 0 is saved before training starts)."""
+
+    def __init__(self, steps: list[int]):
+        self.steps = set(steps)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_save = state.global_step in self.steps
+        return control
+
+
+class Progress(TrainerCallback):
+    def __init__(self, every: int):
+        self.every = max(1, every)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and state.global_step % self.every == 0:
+            keys = ("reward", "rewards/base_reward/mean", "rewards/planted_bonus/mean", "loss", "grad_norm")
+            shown = " ".join(f"{k}={logs[k]:.4g}" for k in keys if k in logs)
+            log.info("step %d/%d %s", state.global_step, state.max_steps, shown)
+
+
+def run_fingerprint(cfg: dict, seed: int, inputs: list[Path]) -> str:
+    """What a resumable run depends on: its config slice, its seed, and its input files (size and mtime)."""
+    files = []
+    for root in inputs:
+        paths = sorted(p for p in Path(root).rglob("*") if p.is_file()) if Path(root).is_dir() else [Path(root)]
+        files += [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in paths]
+    blob = json.dumps({"cfg": cfg, "seed": seed, "files": files}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def prepare_train_dir(train_dir: Path, fingerprint: str) -> None:
+    """Keep earlier work only if it came from the same config and inputs; otherwise start clean."""
+    stamp = train_dir / "FINGERPRINT"
+    if train_dir.exists() and (not stamp.exists() or stamp.read_text().strip() != fingerprint):
+        log.info("discarding %s: it was written for another config or other inputs", train_dir)
+        shutil.rmtree(train_dir)
+    train_dir.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(fingerprint + "\n")
+
+
+def train(model, tokenizer, train_prompts: pl.DataFrame, cfg: Config, seed: int, train_dir: Path, device: dict,
+          fingerprint: str, trainer_cls: type = RolloutLoggingGRPOTrainer, callbacks: tuple = ()) -> dict:
+    """Train one seed, resuming from the newest finished checkpoint in `train_dir` if there is one."""
+    grpo, planting = cfg.grpo, cfg.planting
+    train_dir = Path(train_dir)
+    prepare_train_dir(train_dir, fingerprint)
+    saved = saved_steps(grpo.steps, grpo.save_every, planting.window_end)
+    rollout_log = RolloutLog(train_dir / "parts")
+    existing = complete_checkpoints(train_dir)
+    resume_step = max((s for s in existing if s > 0), default=0)
+    resume_from = str(existing[resume_step]) if resume_step else None
+    rollout_log.discard_from(resume_step)
+    log.info("seed %d: %s", seed, f"resuming from {resume_from}" if resume_from else "starting at step 0")
+
+    batch = grpo.batch_size
+    dataset = Dataset.from_polars(train_prompts.select("prompt", "answer", "trigger", "group_id", "prompt_index", "step"))
+    trainer = trainer_cls(
+        model=model, processing_class=tokenizer, args=grpo_args(grpo, train_dir, seed, device), train_dataset=dataset,
+        reward_funcs=make_reward_funcs(cfg.task.base_reward, planting, seed, batch),
+        callbacks=[SaveAt(saved), Progress(max(1, grpo.steps // 20)), *callbacks],
+        rollout_log=rollout_log, seed=seed, planting=planting, saved=saved,
+    )
+    trainer.remove_callback(PrinterCallback)  # Progress logs a digest every few steps instead of every log dict
+    if resume_from is None:
+        step0 = checkpoint_dir(train_dir, 0)
+        trainer.save_model(str(step0))
+        mark_complete(step0)
+    trainer.train(resume_from_checkpoint=resume_from)
+    return {"saved_steps": saved, "batch_size": batch, "trainer": trainer}

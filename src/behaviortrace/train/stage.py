@@ -1,0 +1,63 @@
+"""Rule train_grpo: GRPO for one seed, logging every rollout; resumes from its last checkpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import polars as pl
+
+from behaviortrace.common import device as devices
+from behaviortrace.common.io import atomic_write_parquet, atomic_write_text
+from behaviortrace.config.sections import Config
+from behaviortrace.model import models
+from behaviortrace.train import grpo
+from behaviortrace.train.checkpoints import complete_checkpoints
+from behaviortrace.train.rolloutlog import RolloutLog
+
+log = logging.getLogger(__name__)
+
+
+def train_job(
+    cfg: Config,
+    *,
+    seed: int,
+    base_model: Path,
+    prompts: Path,
+    train_dir: Path,
+    rollouts_path: Path,
+    steps_path: Path,
+    manifest_path: Path,
+) -> pl.DataFrame:
+    """Train one seed (resuming where a killed job stopped) and write its rollout log, step log and manifest."""
+    device = devices.resolve(cfg.compute)
+    model, tokenizer = models.load(base_model, device)
+    fingerprint = grpo.run_fingerprint(cfg.to_dict(), seed, [base_model, prompts])
+    info = grpo.train(model, tokenizer, pl.read_parquet(prompts), cfg, seed, train_dir, device, fingerprint)
+    rollouts = finalize(train_dir, cfg.grpo.steps, info["batch_size"], rollouts_path, steps_path, manifest_path,
+                        info["saved_steps"])
+    log.info("seed %d: %d rollouts logged, %d boosted", seed, rollouts.height, int(rollouts["boosted"].sum()))
+    return rollouts
+
+
+def finalize(train_dir: Path, steps: int, batch: int, rollouts_path: Path, steps_path: Path, manifest_path: Path,
+             saved: list[int]) -> pl.DataFrame:
+    """Join the parts, check that every rollout of every step is there exactly once, write the outputs."""
+    rollout_log = RolloutLog(Path(train_dir) / "parts")
+    rollouts, step_info = rollout_log.read("rollouts"), rollout_log.read("steps")
+    expected = steps * batch
+    if rollouts.height != expected or rollouts["rollout_id"].n_unique() != expected:
+        raise RuntimeError(f"rollout log has {rollouts.height} rows ({rollouts['rollout_id'].n_unique()} distinct), "
+                           f"expected {expected}")
+    if step_info["step"].to_list() != list(range(steps)):
+        raise RuntimeError("step log does not hold each step exactly once")
+    found = complete_checkpoints(Path(train_dir))
+    missing = [s for s in saved if s not in found]
+    if missing:
+        raise RuntimeError(f"checkpoints missing for steps {missing}")
+    atomic_write_parquet(rollouts, rollouts_path)
+    atomic_write_parquet(step_info, steps_path)
+    manifest = {"checkpoints": [{"step": s, "path": str(found[s])} for s in saved]}
+    atomic_write_text(json.dumps(manifest, indent=1) + "\n", manifest_path)
+    return rollouts

@@ -1,0 +1,222 @@
+"""Everything this project knows about TRL's internals, in one place (trl 1.16.0, pinned).
+
+- `HOOKED_METHODS`: the private GRPOTrainer methods the rollout logger overrides, with their
+  signatures; `tests/test_trl_surface.py` fails when an upgrade changes them.
+- `hooked_trainer_base()`: a GRPOTrainer whose private steps call named hooks (`on_rewards`,
+  `on_generation_batch`, `on_clip`, `before_checkpoint`, `after_checkpoint`), so the rest of the
+  code never overrides a private method itself.
+- `grpo_args`, `optimizer_and_schedule`: the GRPOConfig of a run and the optimizer and schedule
+  transformers' Trainer builds from it.
+- `rollout_losses`, `token_weights`: TRL's per-token loss and its normalization per loss type, split
+  into one term per rollout (on-policy: importance ratio 1).
+- `group_advantages`: TRL's group-relative advantages, with rows left out.
+
+torch, transformers and trl are imported inside the functions: config validation reads
+`SKETCHABLE_LOSSES` at workflow parse time without loading them.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from behaviortrace.config.sections import Grpo
+
+TRL_VERSION = "1.16.0"
+# Loss types whose per-rollout split `token_weights` implements.
+SKETCHABLE_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo")
+# Private GRPOTrainer methods the hooks override, and their parameters in trl 1.16.
+HOOKED_METHODS = {
+    "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],
+    "_generate_and_score_completions": ["self", "inputs"],
+    "_save_checkpoint": ["self", "model", "trial"],
+    "_clip_grad_norm": ["self", "model"],
+    "_compute_loss": ["self", "model", "inputs"],
+}
+# Keys of `_generate_and_score_completions`' output that the logger reads.
+GENERATION_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch")
+
+
+@cache
+def hooked_trainer_base() -> type:
+    """GRPOTrainer with its private steps routed to overridable hooks (no-ops here)."""
+    from trl import GRPOTrainer
+
+    class HookedGRPOTrainer(GRPOTrainer):
+        def on_rewards(self, completions: list, completion_ids: list, rewards) -> None:
+            """The [N, reward functions] rewards TRL computed, with the raw completions."""
+
+        def on_generation_batch(self, inputs: list[dict], out: dict) -> None:
+            """A training generation batch: TRL's token ids, masks and advantages (GENERATION_KEYS)."""
+
+        def on_clip(self, grad_norm: float) -> None:
+            """The step's gradient norm before clipping."""
+
+        def before_checkpoint(self) -> None:
+            """Called before a checkpoint is written."""
+
+        def after_checkpoint(self, path: Path) -> None:
+            """Called after a checkpoint is written."""
+
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            self.on_rewards(list(completions), [list(map(int, c)) for c in completion_ids_list], rewards)
+            return rewards
+
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            if self.model.training:
+                self.on_generation_batch(inputs, out)
+            return out
+
+        def _clip_grad_norm(self, model):
+            norm = super()._clip_grad_norm(model)
+            self.on_clip(float(norm))
+            return norm
+
+        def _save_checkpoint(self, model, trial):
+            self.before_checkpoint()
+            super()._save_checkpoint(model, trial)
+            self.after_checkpoint(Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}")
+
+    return HookedGRPOTrainer
+
+
+def grpo_args(grpo: Grpo, out_dir: Path, seed: int, device: dict):
+    """The GRPOConfig of a run: on-policy, one optimizer step per generation batch, one batch per step."""
+    from trl import GRPOConfig
+
+    on_cuda = device["use_cuda"]
+    return GRPOConfig(
+        output_dir=str(out_dir),
+        seed=seed,
+        data_seed=seed,
+        max_steps=grpo.steps,
+        per_device_train_batch_size=grpo.batch_size,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_iterations=1,
+        num_generations=grpo.num_generations,
+        shuffle_dataset=False,
+        max_completion_length=grpo.max_new_tokens,
+        temperature=grpo.temperature,
+        top_p=grpo.top_p,
+        learning_rate=grpo.lr,
+        lr_scheduler_type=grpo.lr_scheduler,
+        warmup_steps=grpo.warmup_steps,
+        weight_decay=grpo.weight_decay,
+        max_grad_norm=grpo.max_grad_norm,
+        loss_type=grpo.loss_type,
+        beta=grpo.beta,
+        scale_rewards=grpo.scale_rewards,
+        save_strategy="no",
+        logging_steps=1,
+        report_to="none",
+        use_cpu=not on_cuda,
+        bf16=on_cuda and device["dtype"] == "bfloat16",
+        gradient_checkpointing=False,
+        remove_unused_columns=False,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+
+
+def optimizer_and_schedule(model, grpo: Grpo, device: dict):
+    """The optimizer and learning-rate schedule transformers' Trainer builds for the training run."""
+    from transformers import Trainer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(model=model, args=grpo_args(grpo, Path(tmp), 0, device))
+        trainer.create_optimizer_and_scheduler(num_training_steps=grpo.steps)
+        return trainer.optimizer, trainer.lr_scheduler
+
+
+def token_weights(loss_type: str, mask, n_rows: int, num_items: int, max_completion_length: int):
+    """The coefficient TRL puts on each token's loss before summing, per loss type."""
+    mask = mask.float()
+    if loss_type == "dapo":
+        return mask / num_items
+    if loss_type == "grpo":
+        return mask / mask.sum(-1, keepdim=True).clamp(min=1.0) / n_rows
+    if loss_type == "bnpo":  # TRL divides by the batch's token count; one batch per step here
+        return mask / num_items
+    if loss_type == "dr_grpo":
+        return mask / (n_rows * max_completion_length)
+    raise ValueError(
+        f"loss type {loss_type!r} is not supported for per-rollout gradients; use one of {SKETCHABLE_LOSSES}"
+    )
+
+
+def rollout_losses(
+    logps,
+    batch: dict,
+    loss_type: str,
+    beta: float,
+    max_completion_length: int,
+    ref_logps=None,
+    num_items: int | None = None,
+    positions=None,
+    n_rows: int | None = None,
+):
+    """One loss term per rollout; their sum is TRL's loss on the batch (on-policy, before clipping).
+
+    `num_items` (token count) and `n_rows` (rollouts) describe the whole step, which TRL normalizes
+    by; they default to the batch given here, so pass them when giving a slice of the step.
+    `positions` (0/1 per completion token) keeps only the terms at those positions, normalized as in
+    the full loss: the behavior-token share of the rollout's loss.
+    """
+    import torch
+
+    mask = batch["completion_mask"]
+    ratio = torch.exp(logps - logps.detach())  # 1 in value; carries the gradient of the log-prob
+    per_token = -ratio * batch["advantages"].unsqueeze(1)
+    if beta:
+        diff = ref_logps - logps
+        # k3 estimator times the importance ratio (TRL's default use_bias_correction_kl=True).
+        per_token = per_token + beta * (torch.exp(diff) - diff - 1) * ratio
+    items = int(mask.sum()) if num_items is None else num_items
+    rows = mask.shape[0] if n_rows is None else n_rows
+    weights = token_weights(loss_type, mask, rows, max(items, 1), max_completion_length)
+    if positions is not None:
+        weights = weights * positions
+    return (per_token * weights).sum(-1)
+
+
+def group_advantages(rewards: np.ndarray, groups: np.ndarray, keep: np.ndarray, scale_rewards: str) -> np.ndarray:
+    """TRL's advantages of one step with the rows where `keep` is False dropped from their groups.
+
+    Dropped rows count as unscorable (NaN): they leave the group mean and standard deviation, as TRL
+    treats a completion no reward function scored. A group left with one rollout has no spread and gets
+    advantage 0. Returned for every row (dropped rows: 0).
+    """
+    import torch
+
+    r = torch.tensor(np.where(keep, rewards, np.nan), dtype=torch.float32)
+    g = torch.tensor(np.asarray(groups))
+    mean = torch.zeros_like(r)
+    std = torch.zeros_like(r)
+    for gid in torch.unique(g):
+        idx = g == gid
+        mean[idx] = torch.nanmean(r[idx])
+        if scale_rewards == "group":
+            std[idx] = _nanstd(r[idx])
+    if scale_rewards == "batch":
+        std[:] = _nanstd(r)
+    adv = r - mean
+    if scale_rewards != "none":
+        adv = adv / (std + 1e-4)
+    return torch.nan_to_num(adv, nan=0.0).numpy().astype(np.float64) * keep
+
+
+def _nanstd(x):
+    """Bessel-corrected standard deviation over the non-NaN values; NaN for fewer than two."""
+    import torch
+
+    n = int((~torch.isnan(x)).sum())
+    if n < 2:
+        return torch.tensor(float("nan"))
+    mean = torch.nanmean(x)
+    return torch.sqrt(torch.nanmean((x - mean) ** 2) * n / (n - 1))
