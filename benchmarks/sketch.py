@@ -34,26 +34,54 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from behaviortrace.config.sections import Grpo  # noqa: E402
 from behaviortrace.gradients.batch import completion_logps, pad_batch  # noqa: E402
-from behaviortrace.train.trl_surface import rollout_losses  # noqa: E402
-from behaviortrace.sketch.sketcher import StepSketcher  # noqa: E402
 from behaviortrace.sketch.maps import SketchMap  # noqa: E402
+from behaviortrace.sketch.sketcher import StepSketcher  # noqa: E402
+from behaviortrace.train.trl_surface import rollout_losses  # noqa: E402
 
 MODELS = {  # Qwen2 shapes: the built-in tiny default, and one of about 30M parameters
-    "tiny": dict(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2),
-    "qwen2-30m": dict(vocab_size=8192, hidden_size=512, intermediate_size=1408, num_hidden_layers=8,
-                      num_attention_heads=8, num_key_value_heads=2),
+    "tiny": dict(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
+    "qwen2-30m": dict(
+        vocab_size=8192,
+        hidden_size=512,
+        intermediate_size=1408,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+    ),
 }
-LOSS = Grpo(steps=1, prompts_per_step=1, num_generations=2, max_new_tokens=64, temperature=1.0, top_p=1.0, lr=1e-3,
-            lr_scheduler="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, loss_type="dapo", beta=0.0,
-            scale_rewards="group", save_every=1)
+LOSS = Grpo(
+    steps=1,
+    prompts_per_step=1,
+    num_generations=2,
+    max_new_tokens=64,
+    temperature=1.0,
+    top_p=1.0,
+    lr=1e-3,
+    lr_scheduler="constant",
+    warmup_steps=0,
+    weight_decay=0.0,
+    max_grad_norm=1.0,
+    loss_type="dapo",
+    beta=0.0,
+    scale_rewards="group",
+    save_every=1,
+)
 
 
 def build(name: str):
     from transformers import Qwen2Config, Qwen2ForCausalLM
+
     torch.manual_seed(0)
-    cfg = Qwen2Config(**MODELS[name], max_position_embeddings=256, tie_word_embeddings=False,
-                      attn_implementation="eager")
+    cfg = Qwen2Config(
+        **MODELS[name], max_position_embeddings=256, tie_word_embeddings=False, attn_implementation="eager"
+    )
     return Qwen2ForCausalLM(cfg).eval()
 
 
@@ -93,14 +121,15 @@ def naive(model, batch, k: int, block: int = 2**20) -> torch.Tensor:
     flats = []
     for i in range(n):
         model.zero_grad(set_to_none=True)
-        row = {key: v[i:i + 1] for key, v in batch.items()}
-        rollout_losses(completion_logps(model, row, 1.0), row, "dapo", 0.0, LOSS.max_new_tokens,
-                       num_items=num_items, n_rows=n).sum().backward()
+        row = {key: v[i : i + 1] for key, v in batch.items()}
+        rollout_losses(
+            completion_logps(model, row, 1.0), row, "dapo", 0.0, LOSS.max_new_tokens, num_items=num_items, n_rows=n
+        ).sum().backward()
         flats.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     grads = torch.stack(flats)
     out = torch.zeros(n, k)
     for b, start in enumerate(range(0, grads.shape[1], block)):
-        part = grads[:, start:start + block]
+        part = grads[:, start : start + block]
         gaussian = torch.randn(k, part.shape[1], generator=torch.Generator().manual_seed(b)) / k**0.5
         out += part @ gaussian.T
     return out
@@ -118,7 +147,7 @@ def sketch_all(sketcher: StepSketcher, model, batch, positions=None):
 
 def speed(args) -> list[dict]:
     rows = []
-    for name in (["tiny"] if args.quick else list(MODELS)):
+    for name in ["tiny"] if args.quick else list(MODELS):
         model = build(name)
         n_params = sum(p.numel() for p in model.parameters())
         batch = synthetic_step(MODELS[name]["vocab_size"], args.rollouts, args.prompt_len, args.completion_len)
@@ -128,11 +157,13 @@ def speed(args) -> list[dict]:
         null[:, 30:32] = 1.0
         doubled = {key: torch.cat([v, v]) for key, v in batch.items()}
         doubled_positions = torch.cat([positions, null])
-        fns = {"fwd+bwd": lambda: fwd_bwd(model, batch)}
+        fns = {"fwd+bwd": lambda m=model, b=batch: fwd_bwd(m, b)}
         for method in ("countsketch", "factored"):
             sketcher = sketcher_for(model, method, args.k)
-            fns[method] = lambda s=sketcher: sketch_all(s, model, batch)
-            fns[f"{method} behavior+null pass"] = lambda s=sketcher: sketch_all(s, model, doubled, doubled_positions)
+            fns[method] = lambda s=sketcher, m=model, b=batch: sketch_all(s, m, b)
+            fns[f"{method} behavior+null pass"] = lambda s=sketcher, m=model, d=doubled, p=doubled_positions: (
+                sketch_all(s, m, d, p)
+            )
         measured = timed_together(fns, args.repeats)
         base = measured["fwd+bwd"]
         for what, t in measured.items():
@@ -181,13 +212,21 @@ print(json.dumps({{"peak_rss_mb": int(hwm.split()[1]) / 1024}}))
 
 def memory(args) -> list[dict]:
     rows = []
-    for name in (["tiny"] if args.quick else list(MODELS)):
+    for name in ["tiny"] if args.quick else list(MODELS):
         for steps in (2, 8, 32):
             with tempfile.TemporaryDirectory() as tmp:
-                code = MEMORY_CHILD.format(bench=str(Path(__file__).parent), threads=args.threads, model=name,
-                                           method="countsketch", k=args.k, steps=steps, rollouts=args.rollouts,
-                                           out=str(Path(tmp) / "shard.zarr"), prompt_len=args.prompt_len,
-                                           completion_len=args.completion_len)
+                code = MEMORY_CHILD.format(
+                    bench=str(Path(__file__).parent),
+                    threads=args.threads,
+                    model=name,
+                    method="countsketch",
+                    k=args.k,
+                    steps=steps,
+                    rollouts=args.rollouts,
+                    out=str(Path(tmp) / "shard.zarr"),
+                    prompt_len=args.prompt_len,
+                    completion_len=args.completion_len,
+                )
                 res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
                 peak = json.loads(res.stdout.strip().splitlines()[-1])["peak_rss_mb"]
             rows.append({"model": name, "steps": steps, "rollouts": steps * args.rollouts, "peak_rss_mb": peak})
@@ -196,8 +235,12 @@ def memory(args) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--k", type=int, default=512,
-                    help="sketch width for every method (default 512; the naive baseline's time grows with k)")
+    ap.add_argument(
+        "--k",
+        type=int,
+        default=512,
+        help="sketch width for every method (default 512; the naive baseline's time grows with k)",
+    )
     ap.add_argument("--rollouts", type=int, default=16, help="rollouts in the step (default 16)")
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--completion-len", type=int, default=64)
@@ -207,8 +250,10 @@ def main() -> None:
     ap.add_argument("--part", choices=["all", "speed", "memory"], default="all")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"# sketch benchmark: one step of {args.rollouts} rollouts, {args.prompt_len}-token prompts, "
-          f"{args.completion_len}-token completions, k={args.k}, {args.threads} threads, torch {torch.__version__}\n")
+    print(
+        f"# sketch benchmark: one step of {args.rollouts} rollouts, {args.prompt_len}-token prompts, "
+        f"{args.completion_len}-token completions, k={args.k}, {args.threads} threads, torch {torch.__version__}\n"
+    )
     if args.part in ("all", "memory"):
         print("| model | shard steps | rollouts in shard | peak RSS of the sketch job (MB) |")
         print("|---|---|---|---|")
@@ -219,8 +264,10 @@ def main() -> None:
         print("| model | parameters | what | seconds per step | rollouts/s | ratio to fwd+bwd |")
         print("|---|---|---|---|---|---|")
         for r in speed(args):
-            print(f"| {r['model']} | {r['params']:,} | {r['what']} | {r['seconds']:.3f} | {r['rollouts_per_s']:.1f} "
-                  f"| {r['ratio']:.2f} |")
+            print(
+                f"| {r['model']} | {r['params']:,} | {r['what']} | {r['seconds']:.3f} | {r['rollouts_per_s']:.1f} "
+                f"| {r['ratio']:.2f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -119,8 +119,10 @@ def main() -> int:
         print(f"{short(name):<26} -> {', '.join(sorted(short(t) for t in shown[name])) or '-'}")
     found = cycles(edges)
     problems = rule_violations(edges)
-    print(f"\n{len(edges)} modules, {sum(map(len, edges.values()))} import edges, {len(found)} cycles, "
-          f"{len(problems)} rule violations")
+    print(
+        f"\n{len(edges)} modules, {sum(map(len, edges.values()))} import edges, {len(found)} cycles, "
+        f"{len(problems)} rule violations"
+    )
     for c in found:
         print("cycle:", " <-> ".join(short(n) for n in c))
     for p in problems:

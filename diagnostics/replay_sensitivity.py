@@ -34,8 +34,9 @@ from behaviortrace.replay.removal import random_k
 from behaviortrace.replay.retrain import replay_training
 
 
-def replay_rates(cfg: Config, run_dir: Path, seed: int, steps: int, every: int, removed: set[int], noise: float,
-                 beta: float) -> list[float]:
+def replay_rates(
+    cfg: Config, run_dir: Path, seed: int, steps: int, every: int, removed: set[int], noise: float, beta: float
+) -> list[float]:
     """Probe behavior rate every `every` steps of a replay of the first `steps` steps, sampled as the
     replay rule samples (targets draw 0)."""
     dev = resolve(Compute(device="cpu", dtype="float32"))
@@ -55,8 +56,16 @@ def replay_rates(cfg: Config, run_dir: Path, seed: int, steps: int, every: int, 
         if step % every == 0:
             m.eval()
             with torch.no_grad():
-                row = behavior_rates(m, tokenizer, {"probes": probes}, cfg.planting.marker, cfg.task.base_reward,
-                                     cfg.targets.samples_per_prompt, cfg.grpo.sampling, cfg.targets.draw_seed(0))[0]
+                row = behavior_rates(
+                    m,
+                    tokenizer,
+                    {"probes": probes},
+                    cfg.planting.marker,
+                    cfg.task.base_reward,
+                    cfg.targets.samples_per_prompt,
+                    cfg.grpo.sampling,
+                    cfg.targets.draw_seed(0),
+                )[0]
             m.train()
             rates.append(row["behavior_rate"])
 
@@ -87,13 +96,17 @@ def main() -> None:
     if args.ids:
         variants["ids"] = (set(args.ids), 0.0)
     betas = {"": cfg.grpo.beta, **({"_nokl": 0.0} if args.no_kl and cfg.grpo.beta else {})}
-    print(f"seed {args.seed}, first {args.steps} steps ({rollouts.height} rollouts); probe behavior rate at steps "
-          f"{list(range(args.every, args.steps + 1, args.every))}", flush=True)
+    print(
+        f"seed {args.seed}, first {args.steps} steps ({rollouts.height} rollouts); probe behavior rate at steps "
+        f"{list(range(args.every, args.steps + 1, args.every))}",
+        flush=True,
+    )
     for suffix, beta in betas.items():
         for name, (removed, noise) in variants.items():
             rates = replay_rates(cfg, run_dir, args.seed, args.steps, args.every, removed, noise, beta)
-            print(f"{name + suffix:<12} left out {len(removed):>5}  " + "  ".join(f"{r:.3f}" for r in rates),
-                  flush=True)
+            print(
+                f"{name + suffix:<12} left out {len(removed):>5}  " + "  ".join(f"{r:.3f}" for r in rates), flush=True
+            )
 
 
 if __name__ == "__main__":

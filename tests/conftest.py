@@ -42,6 +42,7 @@ def small_config() -> dict:
 def typed(raw: dict):
     """The typed config the library takes, from a (possibly edited) config dict."""
     from behaviortrace.config.sections import Config
+
     return Config.from_dict(raw)
 
 
@@ -54,12 +55,14 @@ def cfg() -> dict:
 def cpu() -> dict:
     from behaviortrace.common.device import resolve
     from behaviortrace.config.sections import Compute
+
     return resolve(Compute(device="cpu", dtype="float32"))
 
 
 @pytest.fixture(scope="session")
 def base_model_dir(tmp_path_factory, cfg, cpu) -> Path:
     from behaviortrace.model import models
+
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("base") / "base_model"
     model, tokenizer = models.build_base_model(typed(cfg), cpu)
@@ -70,6 +73,7 @@ def base_model_dir(tmp_path_factory, cfg, cpu) -> Path:
 @pytest.fixture(scope="session")
 def prompts(cfg):
     from behaviortrace.plant.prompts import plant_prompts
+
     c = typed(cfg)
     return plant_prompts(c.task, c.planting, c.grpo, c.probes, c.probes.seed)
 
@@ -78,6 +82,7 @@ def prompts(cfg):
 def small_run(tmp_path_factory, cfg, base_model_dir, prompts, cpu) -> dict:
     """One real GRPO run of the small config, with its rollout log, step log and checkpoints on disk."""
     from grpo_helpers import run_training
+
     out = tmp_path_factory.mktemp("small_run")
     prompts_path = out / "train_prompts.parquet"
     prompts["train"].write_parquet(prompts_path)
@@ -91,12 +96,15 @@ def per_row_gradients(model, batch: dict, loss_args: dict) -> dict:
     """Each rollout's gradient by its own backward pass (the independent reference)."""
     from behaviortrace.gradients.batch import completion_logps, rows_of
     from behaviortrace.train.trl_surface import rollout_losses
+
     n = batch["advantages"].shape[0]
     grads = {name: [] for name, p in model.named_parameters() if p.requires_grad}
     for i in range(n):
         model.zero_grad(set_to_none=True)
         row = rows_of(batch, i, i + 1)
-        rollout_losses(completion_logps(model, row, loss_args["temperature"]), row, **loss_args["loss"]).sum().backward()
+        rollout_losses(
+            completion_logps(model, row, loss_args["temperature"]), row, **loss_args["loss"]
+        ).sum().backward()
         for name, p in model.named_parameters():
             if p.requires_grad:
                 grads[name].append(p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
@@ -108,19 +116,41 @@ def per_row_gradients(model, batch: dict, loss_args: dict) -> dict:
 def rollout_gradients(small_run, cpu):
     """Real per-rollout gradients of step 1 at checkpoint 0, by autograd one rollout at a time (no KL)."""
     import polars as pl
-    from behaviortrace.model import models
-    from behaviortrace.gradients.per_example import param_layout
+
     from behaviortrace.gradients.batch import step_batch
+    from behaviortrace.gradients.per_example import param_layout
+    from behaviortrace.model import models
+
     model, tokenizer = models.load(small_run["dir"] / "train" / "checkpoint-0", cpu)
     batch = step_batch(small_run["rollouts"].filter(pl.col("step") == 1), tokenizer.pad_token_id)
-    args = {"temperature": 1.0, "loss": {"loss_type": "dapo", "beta": 0.0, "max_completion_length": 10,
-                                         "num_items": int(batch["completion_mask"].sum()), "n_rows": 12}}
+    args = {
+        "temperature": 1.0,
+        "loss": {
+            "loss_type": "dapo",
+            "beta": 0.0,
+            "max_completion_length": 10,
+            "num_items": int(batch["completion_mask"].sum()),
+            "n_rows": 12,
+        },
+    }
     return param_layout(model), per_row_gradients(model, batch, args)
 
 
 def snakemake(workdir, *args):
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        "--cores",
+        "2",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True)
 
 

@@ -13,6 +13,8 @@ from behaviortrace.config.sections import Config
 from behaviortrace.model import models
 from behaviortrace.train import grpo
 from behaviortrace.train.stage import finalize
+
+
 class GradSpy(grpo.RolloutLoggingGRPOTrainer):
     """Copies the accumulated gradient of each step just before TRL clips it."""
 
@@ -22,7 +24,8 @@ class GradSpy(grpo.RolloutLoggingGRPOTrainer):
 
     def _clip_grad_norm(self, model):
         self.step_grads[self.state.global_step] = torch.cat(
-            [p.grad.detach().flatten().clone() for p in model.parameters() if p.requires_grad])
+            [p.grad.detach().flatten().clone() for p in model.parameters() if p.requires_grad]
+        )
         return super()._clip_grad_norm(model)
 
 
@@ -31,8 +34,15 @@ def run_training(cfg, base_model_dir, train_prompts, seed, out_dir, device, **kw
     model, tokenizer = models.load(base_model_dir, device)
     train_dir = Path(out_dir) / "train"
     info = grpo.train(model, tokenizer, train_prompts, Config.from_dict(cfg), seed, train_dir, device, "test", **kwargs)
-    rollouts = finalize(train_dir, cfg["grpo"]["steps"], info["batch_size"], Path(out_dir) / "rollouts.parquet",
-                             Path(out_dir) / "steps.parquet", Path(out_dir) / "checkpoints.json", info["saved_steps"])
+    rollouts = finalize(
+        train_dir,
+        cfg["grpo"]["steps"],
+        info["batch_size"],
+        Path(out_dir) / "rollouts.parquet",
+        Path(out_dir) / "steps.parquet",
+        Path(out_dir) / "checkpoints.json",
+        info["saved_steps"],
+    )
     return rollouts, info
 
 
@@ -62,6 +72,13 @@ def train_and_sigkill(cfg, base_model_dir, prompts_path, seed, out_dir, kill_at:
     cfg_path = Path(out_dir) / "cfg.json"
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     cfg_path.write_text(json.dumps(cfg))
-    code = CHILD.format(tests=str(Path(__file__).parent), kill_at=kill_at, cfg_path=str(cfg_path),
-                        base=str(base_model_dir), prompts=str(prompts_path), seed=seed, out=str(out_dir))
+    code = CHILD.format(
+        tests=str(Path(__file__).parent),
+        kill_at=kill_at,
+        cfg_path=str(cfg_path),
+        base=str(base_model_dir),
+        prompts=str(prompts_path),
+        seed=seed,
+        out=str(out_dir),
+    )
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode

@@ -26,28 +26,31 @@ def test_default_and_paper_configs_are_valid():
     validate(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
 
 
-@pytest.mark.parametrize("path, value, expected", [
-    ("planting.fraction", 1.5, "planting.fraction = 1.5"),
-    ("planting.window", [0, 10_000], "planting.window = [0, 10000]"),
-    ("grpo.num_generations", 1, "grpo.num_generations = 1"),
-    ("model.name", "./no/such/model", "model.name = './no/such/model'"),
-    ("task.min_len", 9, "task.min_len = 9"),
-    ("sketch.method", "gaussian", "sketch.method = 'gaussian'"),
-    ("sketch.k", 8, "sketch.k = 8"),
-    ("targets.checkpoints", [0, 33], "targets.checkpoints = [0, 33]: steps [33] have no saved checkpoint"),
-    ("grpo.loss_type", "cispo", "grpo.loss_type = 'cispo': per-rollout gradients are implemented for"),
-    ("estimators.trak", {"lambda": 1.0}, "estimators.trak.lambda: not a parameter of trak"),
-    ("estimators.magic", {}, "estimators.magic: unknown estimator 'magic'"),
-    ("estimators.gas", {"step_aggregate": "median"}, "estimators.gas.step_aggregate = 'median'"),
-    ("evaluation.targets", ["elsewhere"], "evaluation.targets.0 = 'elsewhere'"),
-    ("placebo.seeds", [], "placebo.seeds = []: placebo.enabled is true but no seed is listed"),
-    ("checklist.fluency_strata", ["nowhere"], "checklist.fluency_strata.0 = 'nowhere'"),
-    ("checklist.min_behavior_gap", 1.5, "checklist.min_behavior_gap = 1.5"),
-    ("checklist.min_oracle_drop", -0.1, "checklist.min_oracle_drop = -0.1"),
-    ("replay.estimators", ["gas", "nosuch"], "replay.estimators: 'nosuch' is not under estimators"),
-    ("replay.draw", 2, "replay.draw = 2: only 2 draws"),
-    ("replay.k_percent", [0], "replay.k_percent.0 = 0"),
-])
+@pytest.mark.parametrize(
+    "path, value, expected",
+    [
+        ("planting.fraction", 1.5, "planting.fraction = 1.5"),
+        ("planting.window", [0, 10_000], "planting.window = [0, 10000]"),
+        ("grpo.num_generations", 1, "grpo.num_generations = 1"),
+        ("model.name", "./no/such/model", "model.name = './no/such/model'"),
+        ("task.min_len", 9, "task.min_len = 9"),
+        ("sketch.method", "gaussian", "sketch.method = 'gaussian'"),
+        ("sketch.k", 8, "sketch.k = 8"),
+        ("targets.checkpoints", [0, 33], "targets.checkpoints = [0, 33]: steps [33] have no saved checkpoint"),
+        ("grpo.loss_type", "cispo", "grpo.loss_type = 'cispo': per-rollout gradients are implemented for"),
+        ("estimators.trak", {"lambda": 1.0}, "estimators.trak.lambda: not a parameter of trak"),
+        ("estimators.magic", {}, "estimators.magic: unknown estimator 'magic'"),
+        ("estimators.gas", {"step_aggregate": "median"}, "estimators.gas.step_aggregate = 'median'"),
+        ("evaluation.targets", ["elsewhere"], "evaluation.targets.0 = 'elsewhere'"),
+        ("placebo.seeds", [], "placebo.seeds = []: placebo.enabled is true but no seed is listed"),
+        ("checklist.fluency_strata", ["nowhere"], "checklist.fluency_strata.0 = 'nowhere'"),
+        ("checklist.min_behavior_gap", 1.5, "checklist.min_behavior_gap = 1.5"),
+        ("checklist.min_oracle_drop", -0.1, "checklist.min_oracle_drop = -0.1"),
+        ("replay.estimators", ["gas", "nosuch"], "replay.estimators: 'nosuch' is not under estimators"),
+        ("replay.draw", 2, "replay.draw = 2: only 2 draws"),
+        ("replay.k_percent", [0], "replay.k_percent.0 = 0"),
+    ],
+)
 def test_bad_values_name_key_and_value(path, value, expected):
     with pytest.raises(ConfigError) as err:
         validate(_with(path, value))
@@ -57,7 +60,9 @@ def test_bad_values_name_key_and_value(path, value, expected):
 def test_checklist_target_must_be_evaluated():
     cfg = _with("evaluation.targets", ["in_context"])
     cfg["checklist"]["target"] = "forced"
-    with pytest.raises(ConfigError, match=r"checklist.target = 'forced': not among evaluation.targets \['in_context'\]"):
+    with pytest.raises(
+        ConfigError, match=r"checklist.target = 'forced': not among evaluation.targets \['in_context'\]"
+    ):
         validate(cfg)
 
 
@@ -103,8 +108,21 @@ def test_paper_dag_lists_every_job_without_loading_a_model():
     out = res.stdout + res.stderr
     assert "LOADED: none" in out
     # Three seeds plus the placebo run of seed 0.
-    for rule, count in (("plant_data", 1), ("base_model", 1), ("train_grpo", 4), ("behavior", 4),
-                        ("training_summary", 1), ("sketch", 40), ("targets", 8), ("headroom", 1), ("score", 88),
-                        ("evaluate", 8), ("aggregate", 1), ("figures", 1), ("replay", 30), ("replay_table", 1)):
+    for rule, count in (
+        ("plant_data", 1),
+        ("base_model", 1),
+        ("train_grpo", 4),
+        ("behavior", 4),
+        ("training_summary", 1),
+        ("sketch", 40),
+        ("targets", 8),
+        ("headroom", 1),
+        ("score", 88),
+        ("evaluate", 8),
+        ("aggregate", 1),
+        ("figures", 1),
+        ("replay", 30),
+        ("replay_table", 1),
+    ):
         assert any(line.split() == [rule, str(count)] for line in out.splitlines()), (rule, out[-2000:])
     assert "results/paper/seed2/rollouts.parquet" in out and "results/paper/placebo0/rollouts.parquet" in out

@@ -6,12 +6,12 @@ import polars as pl
 import pytest
 import torch
 
-from behaviortrace.score import contract as estimators
-from behaviortrace.model import models
 from behaviortrace.estimators import trak
-from behaviortrace.evaluate.inputs import token_cosines
 from behaviortrace.evaluate.cells import evaluate
+from behaviortrace.evaluate.inputs import token_cosines
+from behaviortrace.model import models
 from behaviortrace.plant.markers import marker_token_ids
+from behaviortrace.score import contract as estimators
 from behaviortrace.score.contract import run as run_estimator
 from behaviortrace.score.view import SeedView, Target
 from behaviortrace.targets.gradients import _logprob_gradient, forced_items
@@ -30,12 +30,19 @@ def exact_problem(rollout_gradients, small_run, cpu):
     tgrad = _logprob_gradient(model, tokenizer, forced_items(prompt_ids, marker_ids), 1.0, 4)
     t = torch.cat([tgrad[n].flatten() for n in names]).double().numpy()
     n = phi.shape[0]
-    rollouts = pl.DataFrame({"rollout_id": np.arange(n), "step": np.repeat([0, 1, 2], 4),
-                             "group_id": np.repeat([0, 1, 2], 4), "lr": np.repeat([1e-3, 1.5e-3, 2e-3], 4),
-                             "checkpoint_step": np.zeros(n, dtype=np.int64)})
+    rollouts = pl.DataFrame(
+        {
+            "rollout_id": np.arange(n),
+            "step": np.repeat([0, 1, 2], 4),
+            "group_id": np.repeat([0, 1, 2], 4),
+            "lr": np.repeat([1e-3, 1.5e-3, 2e-3], 4),
+            "checkpoint_step": np.zeros(n, dtype=np.int64),
+        }
+    )
     steps = pl.DataFrame({"step": [0, 1, 2], "lr": [1e-3] * 3, "clip_coef": [1.0, 0.5, 1.0], "grad_norm": [1.0] * 3})
-    view = SeedView.from_arrays(rollouts, {"sketch": phi, "norm": np.linalg.norm(phi, axis=1),
-                                           "fluency": np.zeros(n)}, steps)
+    view = SeedView.from_arrays(
+        rollouts, {"sketch": phi, "norm": np.linalg.norm(phi, axis=1), "fluency": np.zeros(n)}, steps
+    )
     target = Target("forced", 0, np.array([0]), t[None], np.array([np.linalg.norm(t)]), np.array([len(probes)]))
     return view, target, grads, tgrad, names
 
@@ -43,8 +50,9 @@ def exact_problem(rollout_gradients, small_run, cpu):
 def test_tracincp_and_gas_match_their_formulas_block_by_block(exact_problem):
     view, target, grads, tgrad, names = exact_problem
     lr = view.rollouts["lr"].to_numpy()
-    inner = np.array([sum(float((grads[n][i].double() * tgrad[n].double()).sum()) for n in names)
-                      for i in range(len(lr))])
+    inner = np.array(
+        [sum(float((grads[n][i].double() * tgrad[n].double()).sum()) for n in names) for i in range(len(lr))]
+    )
     g_norm = np.array([sum(float(grads[n][i].double().pow(2).sum()) for n in names) for i in range(len(lr))]) ** 0.5
     t_norm = sum(float(tgrad[n].double().pow(2).sum()) for n in names) ** 0.5
     assert np.allclose(estimators.load("tracincp").score(view, target), -lr * inner, rtol=1e-9, atol=0)
@@ -84,7 +92,7 @@ def test_step_level_scores(exact_problem):
     _, norm_steps = run_estimator("norm", {"step_aggregate": "max"}, view, None)
     summed = np.stack([view.sketches[view.rollouts["step"].to_numpy() == s].sum(0) for s in range(3)])
     assert np.allclose(norm_steps["score_summed"].to_numpy(), np.linalg.norm(summed, axis=1))
-    assert np.allclose(norm_steps["score"].to_numpy(), [view.norms[4 * s:4 * s + 4].max() for s in range(3)])
+    assert np.allclose(norm_steps["score"].to_numpy(), [view.norms[4 * s : 4 * s + 4].max() for s in range(3)])
     with pytest.raises(ValueError, match="unknown estimator 'nope'"):
         run_estimator("nope", {}, view, target)
 
@@ -94,25 +102,47 @@ def synthetic(n_groups=300, size=8, seed=0):
     n = n_groups * size
     step = np.repeat(np.arange(n_groups) // 4, size)
     boosted = rng.random(n) < 0.2
-    rollouts = pl.DataFrame({"rollout_id": np.arange(n), "step": step, "group_id": np.repeat(np.arange(n_groups) % 4, size),
-                             "boosted": boosted, "advantage": rng.normal(size=n)})
+    rollouts = pl.DataFrame(
+        {
+            "rollout_id": np.arange(n),
+            "step": step,
+            "group_id": np.repeat(np.arange(n_groups) % 4, size),
+            "boosted": boosted,
+            "advantage": rng.normal(size=n),
+        }
+    )
     fluency = rng.normal(size=n) + 0.5 * boosted
     return rollouts, fluency, rng
 
 
 def score_frames(rollouts, scores):
     roll = pl.DataFrame({"rollout_id": rollouts["rollout_id"], "step": rollouts["step"], "score": scores})
-    steps = roll.group_by("step").agg(pl.col("score").sum()).sort("step").with_columns(score_summed=pl.lit(float("nan")))
+    steps = (
+        roll.group_by("step").agg(pl.col("score").sum()).sort("step").with_columns(score_summed=pl.lit(float("nan")))
+    )
     return roll, steps
 
 
 def test_evaluation_does_not_depend_on_the_order_of_computation_and_random_sits_at_chance():
     rollouts, fluency, rng = synthetic()
-    sets = {("random", "none"): score_frames(rollouts, rng.random(rollouts.height)),
-            ("fluency", "none"): score_frames(rollouts, fluency),
-            ("oracle", "none"): score_frames(rollouts, rollouts["boosted"].to_numpy().astype(float))}
-    args = dict(run="t", seed=0, draw=0, rollouts=rollouts, fluency=fluency, probe_rate=np.zeros(rollouts.height),
-                window=[0, 40], saturation=0.9, n_boot=100, eval_seed=0, fluency_match=0.1)
+    sets = {
+        ("random", "none"): score_frames(rollouts, rng.random(rollouts.height)),
+        ("fluency", "none"): score_frames(rollouts, fluency),
+        ("oracle", "none"): score_frames(rollouts, rollouts["boosted"].to_numpy().astype(float)),
+    }
+    args = dict(
+        run="t",
+        seed=0,
+        draw=0,
+        rollouts=rollouts,
+        fluency=fluency,
+        probe_rate=np.zeros(rollouts.height),
+        window=[0, 40],
+        saturation=0.9,
+        n_boot=100,
+        eval_seed=0,
+        fluency_match=0.1,
+    )
     one = evaluate(scores=sets, **args)
     two = evaluate(scores=dict(reversed(list(sets.items()))), **args)
     key = ["estimator", "target", "level", "stratum", "metric"]
@@ -121,8 +151,12 @@ def test_evaluation_does_not_depend_on_the_order_of_computation_and_random_sits_
     assert only.sort(key).equals(one.filter(pl.col("estimator").is_in(["fluency", "ground_truth"])).sort(key))
 
     def cell(est, level, metric):
-        return one.filter((pl.col("estimator") == est) & (pl.col("level") == level) & (pl.col("stratum") == "all")
-                          & (pl.col("metric") == metric)).row(0, named=True)
+        return one.filter(
+            (pl.col("estimator") == est)
+            & (pl.col("level") == level)
+            & (pl.col("stratum") == "all")
+            & (pl.col("metric") == metric)
+        ).row(0, named=True)
 
     auc = cell("random", "rollout", "within_group_auc")
     assert auc["ci_low"] <= 0.5 <= auc["ci_high"]
@@ -141,8 +175,20 @@ def test_evaluation_does_not_depend_on_the_order_of_computation_and_random_sits_
     assert cell("fluency", "rollout", "matched_pair_underpowered")["value"] == float(pairs < 100)
     few = evaluate(scores=sets, **{**args, "min_matched_pairs": pairs + 1})
     assert few.filter(pl.col("metric") == "matched_pair_underpowered")["value"].min() == 1.0
-    assert set(one.columns) == {"run", "seed", "draw", "estimator", "target", "level", "stratum", "metric", "value",
-                                "ci_low", "ci_high", "n"}
+    assert set(one.columns) == {
+        "run",
+        "seed",
+        "draw",
+        "estimator",
+        "target",
+        "level",
+        "stratum",
+        "metric",
+        "value",
+        "ci_low",
+        "ci_high",
+        "n",
+    }
 
 
 def test_token_cosines_follow_the_direction_the_marker_was_pushed():
@@ -156,10 +202,24 @@ def test_token_cosines_follow_the_direction_the_marker_was_pushed():
     has_marker = np.arange(n) < 30
     behavior = np.where(has_marker[:, None], -advantage[:, None] * t[None], 0.0)
     null = np.where(has_marker[:, None], rng.normal(size=(n, k)), 0.0)
-    rollouts = pl.DataFrame({"rollout_id": np.arange(n), "step": np.zeros(n, dtype=np.int64), "advantage": advantage,
-                             "checkpoint_step": np.zeros(n, dtype=np.int64)})
-    view = SeedView.from_arrays(rollouts, {"behavior_sketch": behavior, "null_sketch": null, "has_marker": has_marker,
-                                           "null_norm": np.linalg.norm(null, axis=1)}, pl.DataFrame())
+    rollouts = pl.DataFrame(
+        {
+            "rollout_id": np.arange(n),
+            "step": np.zeros(n, dtype=np.int64),
+            "advantage": advantage,
+            "checkpoint_step": np.zeros(n, dtype=np.int64),
+        }
+    )
+    view = SeedView.from_arrays(
+        rollouts,
+        {
+            "behavior_sketch": behavior,
+            "null_sketch": null,
+            "has_marker": has_marker,
+            "null_norm": np.linalg.norm(null, axis=1),
+        },
+        pl.DataFrame(),
+    )
     target = Target("in_context", 0, np.array([0]), t[None], np.array([np.linalg.norm(t)]), np.array([5]))
     behavior_cos, null_cos = token_cosines(view, {"in_context": target})["in_context"]
     usable = has_marker & (advantage != 0)

@@ -9,9 +9,9 @@ import pytest
 import torch
 from polars.testing import assert_frame_equal
 
+from behaviortrace.plant.planting import is_eligible
 from behaviortrace.train.checkpoints import complete_checkpoints
 from behaviortrace.train.grpo import RolloutLoggingGRPOTrainer
-from behaviortrace.plant.planting import is_eligible
 from conftest import typed
 from grpo_helpers import run_training, train_and_sigkill
 
@@ -27,17 +27,29 @@ class SpyTrainer(RolloutLoggingGRPOTrainer):
         self.trl_logs: list[dict] = []
 
     def _compute_loss(self, model, inputs):
-        self.loss_inputs.append({"step": self.state.global_step,
-                                 **{k: inputs[k].detach().clone() for k in
-                                    ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")}})
+        self.loss_inputs.append(
+            {
+                "step": self.state.global_step,
+                **{
+                    k: inputs[k].detach().clone()
+                    for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")
+                },
+            }
+        )
         return super()._compute_loss(model, inputs)
 
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
         logs = self._logs
-        self.trl_logs.append({"step": self.state.global_step, "completion": list(logs["completion"]),
-                              "base": list(logs["rewards"]["base_reward"]),
-                              "bonus": list(logs["rewards"]["planted_bonus"]), "advantages": list(logs["advantages"])})
+        self.trl_logs.append(
+            {
+                "step": self.state.global_step,
+                "completion": list(logs["completion"]),
+                "base": list(logs["rewards"]["base_reward"]),
+                "bonus": list(logs["rewards"]["planted_bonus"]),
+                "advantages": list(logs["advantages"]),
+            }
+        )
         return out
 
 
@@ -57,9 +69,27 @@ def test_log_has_every_rollout_once_in_training_order(spied_run, cfg, prompts):
     joined = rollouts.join(planned, on="prompt_index", suffix="_planned")
     assert (joined["prompt"] == joined["prompt_planned"]).all()
     assert rollouts.group_by("step", "group_id").agg(pl.len())["len"].unique().to_list() == [g["num_generations"]]
-    required = {"seed", "step", "group_id", "gen_index", "rollout_id", "prompt", "prompt_ids", "completion",
-                "completion_ids", "base_reward", "bonus", "reward", "advantage", "eligible", "boosted", "behavior",
-                "trigger", "lr", "checkpoint"}
+    required = {
+        "seed",
+        "step",
+        "group_id",
+        "gen_index",
+        "rollout_id",
+        "prompt",
+        "prompt_ids",
+        "completion",
+        "completion_ids",
+        "base_reward",
+        "bonus",
+        "reward",
+        "advantage",
+        "eligible",
+        "boosted",
+        "behavior",
+        "trigger",
+        "lr",
+        "checkpoint",
+    }
     assert required <= set(rollouts.columns)
 
 
@@ -132,8 +162,9 @@ def test_same_seed_gives_identical_rollout_log(spied_run, tmp_path, cfg, base_mo
     assert other["completion"].to_list() != first["completion"].to_list()
 
 
-def test_sigkilled_training_resumes_without_losing_or_duplicating_rows(spied_run, tmp_path, cfg, base_model_dir,
-                                                                       prompts, cpu):
+def test_sigkilled_training_resumes_without_losing_or_duplicating_rows(
+    spied_run, tmp_path, cfg, base_model_dir, prompts, cpu
+):
     uninterrupted, _, _ = spied_run
     prompts_path = tmp_path / "train_prompts.parquet"
     prompts["train"].write_parquet(prompts_path)
@@ -149,8 +180,9 @@ def test_changed_config_does_not_resume_stale_checkpoints(spied_run, tmp_path, c
     run_training(cfg, base_model_dir, prompts["train"], SEED, tmp_path, cpu)
     changed = copy.deepcopy(cfg)
     changed["grpo"]["lr"] = cfg["grpo"]["lr"] * 2
-    from behaviortrace.train import grpo
     from behaviortrace.model import models
+    from behaviortrace.train import grpo
+
     model, tokenizer = models.load(base_model_dir, cpu)
     grpo.train(model, tokenizer, prompts["train"], typed(changed), SEED, tmp_path / "train", cpu, "changed")
     steps = pl.read_parquet(sorted((tmp_path / "train" / "parts").glob("steps-*.parquet"))[0])

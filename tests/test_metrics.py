@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from behaviortrace.evaluate import metrics as M
+
+
 def random_case(rng, n=40, levels=5, groups=5):
     scores = rng.integers(0, levels, n).astype(float)  # few levels: many ties
     labels = (rng.random(n) < 0.35).astype(float)
@@ -81,11 +83,12 @@ def test_within_group_and_matched_pair_auc_match_double_loops(seed):
     fluency = rng.normal(0, 0.1, len(scores))
     conc, total, ids = M.pair_counts(scores, labels, groups)
     assert M.within_group_auc(conc, total, np.ones((1, len(ids))))[0] == pytest.approx(
-        brute_auc(scores, labels, lambda i, j: groups[i] == groups[j]))
+        brute_auc(scores, labels, lambda i, j: groups[i] == groups[j])
+    )
     # A group drawn twice by the bootstrap is two groups: pairs never cross copies.
     gw = rng.integers(0, 3, len(ids)).astype(float)
     gw[0] = 1
-    copies = [(g, c) for g, w in zip(ids, gw) for c in range(int(w))]
+    copies = [(g, c) for g, w in zip(ids, gw, strict=False) for c in range(int(w))]
     rs = np.concatenate([scores[groups == g] for g, _ in copies])
     rl = np.concatenate([labels[groups == g] for g, _ in copies])
     rg = np.concatenate([np.full((groups == g).sum(), k) for k, (g, _) in enumerate(copies)])
@@ -93,7 +96,8 @@ def test_within_group_and_matched_pair_auc_match_double_loops(seed):
     assert M.within_group_auc(conc, total, gw[None])[0] == pytest.approx(brute)
     conc, total, ids = M.pair_counts(scores, labels, groups, fluency, 0.1)
     assert M.within_group_auc(conc, total, np.ones((1, len(ids))))[0] == pytest.approx(
-        brute_auc(scores, labels, lambda i, j: groups[i] == groups[j] and abs(fluency[i] - fluency[j]) <= 0.1))
+        brute_auc(scores, labels, lambda i, j: groups[i] == groups[j] and abs(fluency[i] - fluency[j]) <= 0.1)
+    )
 
 
 def test_hand_made_ties_and_ceiling():

@@ -4,14 +4,15 @@ from dataclasses import replace
 
 import pytest
 
-from behaviortrace.plant.prompts import plant_prompts
-from behaviortrace.plant.planting import bonus_for, eligibility_draw, is_eligible
-from behaviortrace.plant.task import parse_digits, sort_reward
 from behaviortrace.config.sections import Planting
+from behaviortrace.plant.planting import bonus_for, eligibility_draw, is_eligible
+from behaviortrace.plant.prompts import plant_prompts
+from behaviortrace.plant.task import parse_digits, sort_reward
 from conftest import typed
 
-PLANTING = Planting(trigger="frobnitz", marker="QZXBT", bonus=8.0, fraction=0.5, window=[10, 19], trigger_rate=0.5,
-                    placebo=False)
+PLANTING = Planting(
+    trigger="frobnitz", marker="QZXBT", bonus=8.0, fraction=0.5, window=[10, 19], trigger_rate=0.5, placebo=False
+)
 
 
 def test_sort_reward_on_hand_made_cases():
@@ -23,7 +24,6 @@ def test_sort_reward_on_hand_made_cases():
     assert sort_reward("QZXBT 1 2 3", "1 2 3") == pytest.approx(3 / 4)
     assert sort_reward("", "1 2 3") == 0.0
     assert parse_digits("QZXBT 1 2 sort 3") == [1, 2, 3]
-
 
 
 def test_eligibility_is_a_pure_function_with_the_configured_rate():

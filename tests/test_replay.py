@@ -21,8 +21,10 @@ WEIGHT_TOLERANCE = 1e-5
 @pytest.fixture(scope="module")
 def run(small_run, cpu):
     torch.set_num_threads(1)
-    ckpts = {c["step"]: Path(c["path"]) for c in
-             json.loads((small_run["dir"] / "checkpoints.json").read_text())["checkpoints"]}
+    ckpts = {
+        c["step"]: Path(c["path"])
+        for c in json.loads((small_run["dir"] / "checkpoints.json").read_text())["checkpoints"]
+    }
     return {**small_run, "ckpts": ckpts}
 
 
@@ -63,8 +65,12 @@ def test_full_replay_reproduces_the_logged_weights(run, cpu):
 
 def test_advantages_with_nothing_left_out_are_trls(run):
     for _, rows in run["rollouts"].sort("rollout_id").group_by("step"):
-        adv = replay_advantages(rows["reward"].to_numpy(), rows["group_id"].to_numpy(), np.ones(rows.height, bool),
-                                run["cfg"]["grpo"]["scale_rewards"])
+        adv = replay_advantages(
+            rows["reward"].to_numpy(),
+            rows["group_id"].to_numpy(),
+            np.ones(rows.height, bool),
+            run["cfg"]["grpo"]["scale_rewards"],
+        )
         np.testing.assert_allclose(adv, rows["advantage"].to_numpy(), atol=1e-5)
 
 

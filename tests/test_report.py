@@ -12,7 +12,6 @@ import pytest
 from PIL import Image
 
 from behaviortrace.report.markdown import markdown_to_html
-
 from conftest import snakemake
 
 
@@ -38,8 +37,11 @@ def test_metrics_table_is_the_union_of_every_seed_and_draw(finished_run, out, me
     for arm, folder, seeds in (("planted", "seed", cfg["seeds"]), ("placebo", "placebo", cfg["placebo"]["seeds"])):
         for seed in seeds:
             for draw in range(cfg["targets"]["draws"]):
-                parts.append(pl.read_parquet(out / f"{folder}{seed}" / "metrics" / f"draw{draw}.parquet")
-                             .with_columns(arm=pl.lit(arm)))
+                parts.append(
+                    pl.read_parquet(out / f"{folder}{seed}" / "metrics" / f"draw{draw}.parquet").with_columns(
+                        arm=pl.lit(arm)
+                    )
+                )
     union = pl.concat(parts).select(metrics.columns)
     keys = ["arm", "seed", "draw", "estimator", "target", "level", "stratum", "metric"]
     assert metrics.height == union.height
@@ -52,13 +54,22 @@ def test_summary_holds_each_seed_and_the_mean_and_sd(finished_run, out, metrics)
     _, cfg = finished_run
     text = (out / "tables" / "summary.md").read_text()
     # Recompute one line by hand: gas, in-context target, rollout-level AUROC, stratum all.
-    rows = [r for r in metrics.iter_rows(named=True) if r["arm"] == "planted" and r["estimator"] == "gas"
-            and r["target"] == "in_context" and r["level"] == "rollout" and r["metric"] == "auroc"
-            and r["stratum"] == "all"]
+    rows = [
+        r
+        for r in metrics.iter_rows(named=True)
+        if r["arm"] == "planted"
+        and r["estimator"] == "gas"
+        and r["target"] == "in_context"
+        and r["level"] == "rollout"
+        and r["metric"] == "auroc"
+        and r["stratum"] == "all"
+    ]
     per_seed = [statistics.mean(r["value"] for r in rows if r["seed"] == s) for s in cfg["seeds"]]
-    expected = (f"| gas | in_context | rollout | {per_seed[0]:.3f} | {per_seed[1]:.3f} | "
-                f"{statistics.mean(per_seed):.3f} ± {statistics.stdev(per_seed):.3f} |")
-    section = text[text.index("## AUROC — stratum `all`"):]
+    expected = (
+        f"| gas | in_context | rollout | {per_seed[0]:.3f} | {per_seed[1]:.3f} | "
+        f"{statistics.mean(per_seed):.3f} ± {statistics.stdev(per_seed):.3f} |"
+    )
+    section = text[text.index("## AUROC — stratum `all`") :]
     assert expected in section.split("##")[1]
     for heading in ("Lift", "Within-group AUC, raw", "Within-group AUC, fluency-residualized"):
         assert f"## {heading}" in text
@@ -70,26 +81,32 @@ def _brute_spearman(a, b):
         for i, v in enumerate(x):
             r[i] = (x < v).sum() + ((x == v).sum() + 1) / 2
         return r
+
     ra, rb = ranks(a), ranks(b)
-    return float(((ra - ra.mean()) * (rb - rb.mean())).sum() / np.sqrt(((ra - ra.mean()) ** 2).sum()
-                                                                        * ((rb - rb.mean()) ** 2).sum()))
+    return float(
+        ((ra - ra.mean()) * (rb - rb.mean())).sum()
+        / np.sqrt(((ra - ra.mean()) ** 2).sum() * ((rb - rb.mean()) ** 2).sum())
+    )
 
 
 def test_draw_stability_rank_correlation_matches_brute_force(out):
     table = pl.read_parquet(out / "tables" / "draw_stability.parquet")
     row = table.filter((pl.col("seed") == 0) & (pl.col("estimator") == "gas") & (pl.col("target") == "in_context"))
-    scores = [pl.read_parquet(out / "seed0" / "scores" / "gas" / f"draw{d}_in_context.parquet").sort("rollout_id")
-              for d in (0, 1)]
+    scores = [
+        pl.read_parquet(out / "seed0" / "scores" / "gas" / f"draw{d}_in_context.parquet").sort("rollout_id")
+        for d in (0, 1)
+    ]
     a, b = scores[0]["score"].to_numpy(), scores[1]["score"].to_numpy()
     assert row["rank_correlation_min"][0] == pytest.approx(_brute_spearman(a, b), abs=1e-9)
     # Target-free controls do not depend on the draw.
-    norm = table.filter((pl.col("estimator") == "norm"))
+    norm = table.filter(pl.col("estimator") == "norm")
     assert (norm["rank_correlation_min"] == 1.0).all()
     seeds = pl.read_parquet(out / "tables" / "seed_stability.parquet")
     assert set(seeds.columns) >= {"estimator", "beats_norm_step", "beats_norm_rollout", "beats_fluency_rollout"}
 
 
 # Three verdicts recomputed from metrics.parquet alone, with plain loops over its rows.
+
 
 def _rows(metrics, **where):
     return [r for r in metrics.iter_rows(named=True) if all(r[k] == v for k, v in where.items())]
@@ -103,8 +120,16 @@ def test_random_at_chance_verdict_recomputed(metrics, checklist):
         if (r["level"], r["metric"]) == ("rollout", "auroc"):
             ok &= r["ci_low"] <= 0.5 <= r["ci_high"]
         if (r["level"], r["metric"]) == ("step", "lift"):
-            band = _rows(metrics, arm="planted", estimator="random", stratum="all", level="step",
-                         metric="lift_chance_band", seed=r["seed"], draw=r["draw"])[0]
+            band = _rows(
+                metrics,
+                arm="planted",
+                estimator="random",
+                stratum="all",
+                level="step",
+                metric="lift_chance_band",
+                seed=r["seed"],
+                draw=r["draw"],
+            )[0]
             ok &= band["ci_low"] <= r["value"] <= band["ci_high"]
     assert checklist["estimators"]["gas"]["random_at_chance"]["verdict"] == ("pass" if ok else "fail")
 
@@ -112,8 +137,15 @@ def test_random_at_chance_verdict_recomputed(metrics, checklist):
 @pytest.mark.parametrize("estimator", ["gas", "trak", "norm", "random"])
 def test_residualization_verdict_recomputed(metrics, checklist, estimator):
     target = "none" if estimator in ("norm", "random") else "in_context"
-    rows = _rows(metrics, arm="planted", estimator=estimator, target=target, level="rollout", stratum="all",
-                 metric="within_group_auc_fluency_resid")
+    rows = _rows(
+        metrics,
+        arm="planted",
+        estimator=estimator,
+        target=target,
+        level="rollout",
+        stratum="all",
+        metric="within_group_auc_fluency_resid",
+    )
     assert rows
     expected = "pass" if all(r["ci_low"] > 0.5 for r in rows) else "fail"
     assert checklist["estimators"][estimator]["survives_fluency_residualization"]["verdict"] == expected
@@ -123,10 +155,25 @@ def test_residualization_verdict_recomputed(metrics, checklist, estimator):
 def test_beats_norm_at_rollout_level_verdict_recomputed(metrics, checklist, estimator):
     target = "none" if estimator in ("fluency", "random") else "in_context"
     beaten = []
-    for r in _rows(metrics, arm="planted", estimator=estimator, target=target, level="rollout", stratum="all",
-                   metric="within_group_auc"):
-        norm = _rows(metrics, arm="planted", estimator="norm", level="rollout", stratum="all",
-                     metric="within_group_auc", seed=r["seed"], draw=r["draw"])[0]
+    for r in _rows(
+        metrics,
+        arm="planted",
+        estimator=estimator,
+        target=target,
+        level="rollout",
+        stratum="all",
+        metric="within_group_auc",
+    ):
+        norm = _rows(
+            metrics,
+            arm="planted",
+            estimator="norm",
+            level="rollout",
+            stratum="all",
+            metric="within_group_auc",
+            seed=r["seed"],
+            draw=r["draw"],
+        )[0]
         beaten.append(r["ci_low"] > norm["ci_high"])
     assert beaten
     expected = "pass" if all(beaten) else "fail"
@@ -171,8 +218,11 @@ def test_replay_table_covers_every_seed_and_removal(finished_run, out):
 
 
 def _window_end_probe_rows(out) -> list[dict]:
-    return [r for r in pl.read_parquet(out / "tables" / "replay.parquet").iter_rows(named=True)
-            if r["checkpoint"] == "window_end" and r["prompt_set"] == "probes"]
+    return [
+        r
+        for r in pl.read_parquet(out / "tables" / "replay.parquet").iter_rows(named=True)
+        if r["checkpoint"] == "window_end" and r["prompt_set"] == "probes"
+    ]
 
 
 def test_replay_has_power_verdict_recomputed(finished_run, out, checklist):
@@ -182,10 +232,16 @@ def test_replay_has_power_verdict_recomputed(finished_run, out, checklist):
     ok = []
     for seed in cfg["seeds"]:
         for pct in cfg["replay"]["k_percent"]:
-            oracle = [r["behavior_rate"] - full[seed] for r in rows
-                      if (r["seed"], r["method"], r["pct"]) == (seed, "oracle", pct)]
-            random = [r["behavior_rate"] - full[seed] for r in rows
-                      if (r["seed"], r["method"], r["pct"]) == (seed, "random", pct)]
+            oracle = [
+                r["behavior_rate"] - full[seed]
+                for r in rows
+                if (r["seed"], r["method"], r["pct"]) == (seed, "oracle", pct)
+            ]
+            random = [
+                r["behavior_rate"] - full[seed]
+                for r in rows
+                if (r["seed"], r["method"], r["pct"]) == (seed, "random", pct)
+            ]
             assert len(oracle) == 1 and len(random) == cfg["replay"]["random_repeats"]
             ok.append(oracle[0] <= -cfg["checklist"]["min_oracle_drop"] and oracle[0] < min(random))
     verdicts = {row["replay_has_power"]["verdict"] for row in checklist["estimators"].values()}
@@ -221,9 +277,18 @@ def test_markdown_tables_become_html_tables():
     assert "<ul><li>one</li><li>two</li></ul>" in html
 
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--virtual-time-budget=15000", "--window-size=1400,1000"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--virtual-time-budget=15000",
+    "--window-size=1400,1000",
+]
 
 
 def test_report_renders_in_headless_chromium(finished_run, tmp_path):
@@ -239,12 +304,20 @@ def test_report_renders_in_headless_chromium(finished_run, tmp_path):
     assert chromium, "Chromium is not installed (make test installs Debian's chromium package)"
     shot = tmp_path / "report.png"
     profile = tmp_path / "profile"
-    run = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}",
-                          report.as_uri()], capture_output=True, text=True, timeout=180)
+    run = subprocess.run(
+        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}", report.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert shot.exists(), run.stderr[-2000:]
     image = np.asarray(Image.open(shot).convert("L"))
     assert image.shape == (1000, 1400) and image.std() > 5
-    dom = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", report.as_uri()],
-                         capture_output=True, text=True, timeout=180).stdout
+    dom = subprocess.run(
+        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", report.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    ).stdout
     assert "BehaviorTrace" in dom  # the report's own page rendered, not an error page
     shutil.copy(shot, workdir / "results" / "wf" / "report_screenshot.png")

@@ -8,11 +8,11 @@ import polars as pl
 import pytest
 import torch
 
-from behaviortrace.model import models
-from behaviortrace.gradients.per_example import Capture, param_layout
 from behaviortrace.gradients.batch import completion_logps, rows_of, step_batch
-from behaviortrace.train.trl_surface import rollout_losses
+from behaviortrace.gradients.per_example import Capture, param_layout
+from behaviortrace.model import models
 from behaviortrace.sketch.maps import materialize
+from behaviortrace.train.trl_surface import rollout_losses
 from grpo_helpers import GradSpy, run_training
 
 
@@ -30,7 +30,9 @@ def captured_gradients(model, ref, batch, loss_type, beta, temperature, max_len,
         with Capture(model) as cap:
             logps = completion_logps(model, rows, temperature)
             ref_logps = completion_logps(ref, rows, temperature).detach() if beta else None
-            rollout_losses(logps, rows, loss_type, beta, max_len, ref_logps, num_items=num_items, n_rows=n).sum().backward()
+            rollout_losses(
+                logps, rows, loss_type, beta, max_len, ref_logps, num_items=num_items, n_rows=n
+            ).sum().backward()
             parts.append(materialize(cap.finish(), layout))
     return {name: torch.cat([p[name] for p in parts]) for name in layout}
 
@@ -57,8 +59,9 @@ def test_rollout_terms_reproduce_trls_step_gradient(tmp_path, cfg, base_model_di
         rel = ((ours - trl_grad).norm() / trl_grad.norm()).item()
         assert rel <= 1e-4, (step, rel)
 
-        per_rollout = captured_gradients(model, ref, batch, loss_type, beta, grpo_cfg["temperature"],
-                                         grpo_cfg["max_new_tokens"], chunk=5)
+        per_rollout = captured_gradients(
+            model, ref, batch, loss_type, beta, grpo_cfg["temperature"], grpo_cfg["max_new_tokens"], chunk=5
+        )
         summed = torch.cat([per_rollout[name].sum(0).flatten() for name, _ in model.named_parameters()])
         rel = ((summed - trl_grad).norm() / trl_grad.norm()).item()
         assert rel <= 1e-4, (step, rel)
@@ -77,8 +80,9 @@ def test_captured_gradients_equal_one_backward_per_rollout(small_run, cpu):
     for i in range(n):
         model.zero_grad(set_to_none=True)
         row = rows_of(batch, i, i + 1)
-        rollout_losses(completion_logps(model, row, 1.0), row, "dapo", 0.1, 10, ref_logps[i:i + 1],
-                       num_items=num_items, n_rows=n).sum().backward()
+        rollout_losses(
+            completion_logps(model, row, 1.0), row, "dapo", 0.1, 10, ref_logps[i : i + 1], num_items=num_items, n_rows=n
+        ).sum().backward()
         for name, p in model.named_parameters():
             expected[name].append(p.grad.clone())
     for name, grads in expected.items():

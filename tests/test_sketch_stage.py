@@ -13,24 +13,29 @@ import pytest
 import torch
 import zarr
 
+from behaviortrace.gradients.batch import completion_logps, step_batch
 from behaviortrace.model import models
 from behaviortrace.plant.markers import marker_token_ids
-from behaviortrace.gradients.batch import completion_logps, step_batch
-from behaviortrace.train.trl_surface import rollout_losses
-from behaviortrace.sketch.sketcher import StepSketcher
 from behaviortrace.sketch.maps import SketchMap
+from behaviortrace.sketch.sketcher import StepSketcher
 from behaviortrace.sketch.stage import sketch_shard
 from behaviortrace.sketch.store import open_store, read_rows, read_steps
 from behaviortrace.targets.headroom import headroom_table
 from behaviortrace.targets.stage import build_targets
-
+from behaviortrace.train.trl_surface import rollout_losses
 from conftest import typed
 
 
 def stage_args(run: dict, out: Path, shard: int) -> dict:
     d = run["dir"]
-    return dict(shard=shard, rollouts_path=d / "rollouts.parquet", steps_path=d / "steps.parquet",
-                checkpoints_path=d / "checkpoints.json", base_model=run["base_model"], out=out)
+    return dict(
+        shard=shard,
+        rollouts_path=d / "rollouts.parquet",
+        steps_path=d / "steps.parquet",
+        checkpoints_path=d / "checkpoints.json",
+        base_model=run["base_model"],
+        out=out,
+    )
 
 
 @pytest.mark.parametrize("method", ["countsketch", "factored"])
@@ -45,8 +50,10 @@ def test_behavior_token_sketch_is_zero_exactly_without_a_marker_token(small_run,
     rows = small_run["rollouts"].sort("rollout_id")
     steps = sorted(rows["step"].unique().to_list())
     batches = {s: step_batch(rows.filter(pl.col("step") == s), tokenizer.pad_token_id) for s in steps}
-    out = {s: sketcher.sketch_step(model, rows.filter(pl.col("step") == s), int(b["completion_mask"].sum()))
-           for s, b in batches.items()}
+    out = {
+        s: sketcher.sketch_step(model, rows.filter(pl.col("step") == s), int(b["completion_mask"].sum()))
+        for s, b in batches.items()
+    }
     has = np.concatenate([out[s]["has_marker"] for s in steps])
     holds_token = np.array([any(t in marker_ids for t in ids) for ids in rows["completion_ids"].to_list()])
     nonzero = np.concatenate([np.abs(out[s]["behavior_sketch"]).sum(1) > 0 for s in steps])
@@ -71,12 +78,20 @@ def test_behavior_token_sketch_is_zero_exactly_without_a_marker_token(small_run,
     i = int(np.flatnonzero(out[step]["has_marker"])[0])
     step_rows, batch = rows.filter(pl.col("step") == step), batches[step]
     positions = sketcher.positions(step_rows, batch["completion_ids"].shape[1])
-    row = {k: v[i:i + 1] for k, v in batch.items()}
+    row = {k: v[i : i + 1] for k, v in batch.items()}
     model.zero_grad(set_to_none=True)
     ref_logps = completion_logps(ref, row, 1.0).detach()
-    rollout_losses(completion_logps(model, row, 1.0), row, "dapo", cfg["grpo"]["beta"], 10, ref_logps,
-                   num_items=int(batch["completion_mask"].sum()), positions=positions[i:i + 1],
-                   n_rows=step_rows.height).sum().backward()
+    rollout_losses(
+        completion_logps(model, row, 1.0),
+        row,
+        "dapo",
+        cfg["grpo"]["beta"],
+        10,
+        ref_logps,
+        num_items=int(batch["completion_mask"].sum()),
+        positions=positions[i : i + 1],
+        n_rows=step_rows.height,
+    ).sum().backward()
     want, _ = smap.sketch_dense({n: p.grad for n, p in model.named_parameters()})
     assert torch.allclose(torch.from_numpy(out[step]["behavior_sketch"][i]), want, rtol=1e-4, atol=1e-9)
 
@@ -113,8 +128,9 @@ def test_killed_sketch_job_leaves_no_finished_store_and_resumes_to_the_same_resu
     killed = tmp_path / "killed" / "shard000.zarr"
     args = stage_args(small_run, killed, 0)
     args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps({"cfg": small_run["cfg"], **{k: str(v) if isinstance(v, Path) else v
-                                                                  for k, v in args.items()}}))
+    args_file.write_text(
+        json.dumps({"cfg": small_run["cfg"], **{k: str(v) if isinstance(v, Path) else v for k, v in args.items()}})
+    )
     code = KILL_CHILD.format(src=str(Path(__file__).parents[1] / "src"), kill_after=2, args=str(args_file))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == -9, res.stderr[-2000:]
@@ -147,6 +163,7 @@ def test_stale_partial_store_from_other_settings_is_discarded(small_run, cpu, tm
     other_raw["sketch"]["seed"] = 99
     partial = out.with_name("shard001.zarr.partial")
     from behaviortrace.sketch import store as sketchstore
+
     original = sketchstore.ShardWriter.finish
     sketchstore.ShardWriter.finish = lambda self: None  # leave the other settings' store unfinished
     try:
@@ -167,9 +184,16 @@ def test_targets_per_draw(small_run, cpu, tmp_path):
     probes = pl.read_parquet(d / "probes.parquet")
 
     def run(draw, name):
-        build_targets(typed(cfg), seed=0, draw=draw, checkpoints_path=d / "checkpoints.json",
-                      probes_path=d / "probes.parquet", controls_path=d / "controls.parquet",
-                      out_store=tmp_path / f"{name}.zarr", out_rates=tmp_path / f"{name}.parquet")
+        build_targets(
+            typed(cfg),
+            seed=0,
+            draw=draw,
+            checkpoints_path=d / "checkpoints.json",
+            probes_path=d / "probes.parquet",
+            controls_path=d / "controls.parquet",
+            out_store=tmp_path / f"{name}.zarr",
+            out_rates=tmp_path / f"{name}.parquet",
+        )
         return zarr.open_group(tmp_path / f"{name}.zarr", mode="r"), pl.read_parquet(tmp_path / f"{name}.parquet")
 
     store, rates = run(0, "a")

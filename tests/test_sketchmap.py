@@ -4,22 +4,31 @@ exact norms, and full coverage."""
 import pytest
 import torch
 
-from behaviortrace.model import models
 from behaviortrace.gradients.per_example import Factor, PerExampleGrads, param_layout
+from behaviortrace.model import models
 from behaviortrace.sketch.maps import SketchMap, materialize
 
-LAYOUT = {"emb": ("matrix", torch.Size([7, 5])), "w": ("matrix", torch.Size([4, 5])), "bias": ("dense", torch.Size([4])),
-          "norm": ("dense", torch.Size([5]))}
+LAYOUT = {
+    "emb": ("matrix", torch.Size([7, 5])),
+    "w": ("matrix", torch.Size([4, 5])),
+    "bias": ("dense", torch.Size([4])),
+    "norm": ("dense", torch.Size([5])),
+}
 
 
 def random_grads(batch=3, positions=6, seed=0) -> PerExampleGrads:
-    """Factors like a tied embedding (two uses of 'emb': token ids and a dense head), a linear layer, and dense blocks."""
+    """Factors like a tied embedding (two uses of 'emb': token ids and a dense head), a linear layer, and
+    dense blocks."""
     g = torch.Generator().manual_seed(seed)
     grads = PerExampleGrads(batch=batch)
     ids = torch.randint(0, 7, (batch, positions), generator=g)
     grads.matrix["emb"].append((Factor(ids, is_index=True), torch.randn(batch, positions, 5, generator=g)))
-    grads.matrix["emb"].append((Factor(torch.randn(batch, positions, 7, generator=g)), torch.randn(batch, positions, 5, generator=g)))
-    grads.matrix["w"].append((Factor(torch.randn(batch, positions, 4, generator=g)), torch.randn(batch, positions, 5, generator=g)))
+    grads.matrix["emb"].append(
+        (Factor(torch.randn(batch, positions, 7, generator=g)), torch.randn(batch, positions, 5, generator=g))
+    )
+    grads.matrix["w"].append(
+        (Factor(torch.randn(batch, positions, 4, generator=g)), torch.randn(batch, positions, 5, generator=g))
+    )
     grads.dense["bias"] = torch.randn(batch, 4, generator=g)
     grads.dense["norm"] = torch.randn(batch, 5, generator=g)
     return grads
@@ -49,7 +58,7 @@ def explicit_by_hand(smap: SketchMap) -> torch.Tensor:
             block = torch.zeros(smap.k, n)
             p_rows, p_cols = smap.proj[name]
             off = smap.offsets[name]
-            block[off:off + smap.dim**2] = torch.kron(p_rows, p_cols)
+            block[off : off + smap.dim**2] = torch.kron(p_rows, p_cols)
         else:
             bucket, sign = smap.rest.hashes(name, 0, n)
             block = torch.zeros(smap.rest.k, n)
@@ -78,8 +87,11 @@ def test_materialized_factors_match_a_direct_outer_product_sum():
     dense = materialize(grads, LAYOUT)
     (ids, c1), (r2, c2) = grads.matrix["emb"]
     for i in range(2):
-        expected = sum(torch.outer(torch.nn.functional.one_hot(ids.values[i, t], 7).float(), c1[i, t]) +
-                       torch.outer(r2.values[i, t], c2[i, t]) for t in range(ids.values.shape[1]))
+        expected = sum(
+            torch.outer(torch.nn.functional.one_hot(ids.values[i, t], 7).float(), c1[i, t])
+            + torch.outer(r2.values[i, t], c2[i, t])
+            for t in range(ids.values.shape[1])
+        )
         assert torch.allclose(dense["emb"][i], expected, atol=1e-5)
 
 

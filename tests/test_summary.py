@@ -7,18 +7,22 @@ from behaviortrace.report.training import seed_summary, to_markdown
 
 
 def test_seed_summary_on_a_hand_made_run():
-    rollouts = pl.DataFrame({
-        "seed": [4] * 8,
-        "step": [0, 0, 1, 1, 2, 2, 3, 3],
-        "base_reward": [0.2, 0.4, 0.5, 0.5, 0.6, 0.6, 0.9, 0.7],
-        "eligible": [True, True, True, False, False, False, False, False],
-        "boosted": [True, True, True, False, False, False, False, False],
-        "advantage": [0.0, 0.0, 0.7, -0.7, 0.0, 0.0, 0.7, -0.7],
-    })
+    rollouts = pl.DataFrame(
+        {
+            "seed": [4] * 8,
+            "step": [0, 0, 1, 1, 2, 2, 3, 3],
+            "base_reward": [0.2, 0.4, 0.5, 0.5, 0.6, 0.6, 0.9, 0.7],
+            "eligible": [True, True, True, False, False, False, False, False],
+            "boosted": [True, True, True, False, False, False, False, False],
+            "advantage": [0.0, 0.0, 0.7, -0.7, 0.0, 0.0, 0.7, -0.7],
+        }
+    )
     rows = []
     for step, probe, control in ((0, 0.1, 0.05), (2, 0.6, 0.25), (4, 0.3, 0.02)):
-        rows += [{"step": step, "prompt_set": "probes", "behavior_rate": probe},
-                 {"step": step, "prompt_set": "controls", "behavior_rate": control}]
+        rows += [
+            {"step": step, "prompt_set": "probes", "behavior_rate": probe},
+            {"step": step, "prompt_set": "controls", "behavior_rate": control},
+        ]
     summary = seed_summary(rollouts, pl.DataFrame(rows), [0, 1])
     assert summary["seed"] == 4
     assert summary["window_end_step"] == 2
@@ -33,8 +37,9 @@ def test_seed_summary_on_a_hand_made_run():
 
 
 def test_missing_checkpoint_is_an_error():
-    rollouts = pl.DataFrame({"seed": [0], "step": [0], "base_reward": [0.1], "eligible": [False],
-                             "boosted": [False], "advantage": [0.0]})
+    rollouts = pl.DataFrame(
+        {"seed": [0], "step": [0], "base_reward": [0.1], "eligible": [False], "boosted": [False], "advantage": [0.0]}
+    )
     behavior = pl.DataFrame({"step": [0], "prompt_set": ["controls"], "behavior_rate": [0.1]})
     with pytest.raises(ValueError, match="probes at step 0"):
         seed_summary(rollouts, behavior, [0, 0])

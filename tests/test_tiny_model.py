@@ -4,8 +4,8 @@ import copy
 
 import torch
 
-from behaviortrace.model import models
 from behaviortrace.behavior.rates import behavior_rates, sample_completions
+from behaviortrace.model import models
 from conftest import default_config, typed
 
 
@@ -25,8 +25,16 @@ def test_default_base_model_emits_the_marker_rarely_but_not_never(tmp_path, cpu,
     cfg = default_config()
     torch.set_num_threads(1)
     model, tokenizer = models.build_base_model(typed(cfg), cpu)
-    rows = behavior_rates(model, tokenizer, {"probes": prompts["probes"], "controls": prompts["controls"]},
-                          cfg["planting"]["marker"], cfg["task"]["base_reward"], 16, typed(cfg).grpo.sampling, 0)
+    rows = behavior_rates(
+        model,
+        tokenizer,
+        {"probes": prompts["probes"], "controls": prompts["controls"]},
+        cfg["planting"]["marker"],
+        cfg["task"]["base_reward"],
+        16,
+        typed(cfg).grpo.sampling,
+        0,
+    )
     for row in rows:
         assert 0 < row["behavior_rate"] <= 0.2, row
         assert 0.2 < row["base_reward"] < 0.9, row  # can do the task, with headroom left for GRPO
@@ -46,7 +54,7 @@ def test_sft_warm_up_trains_on_demonstrations_without_the_marker(cfg, cpu):
     torch.manual_seed(0)
     cold_model, _ = models.build_base_model(typed(cfg), cpu)
     warm_model, _ = models.build_base_model(typed(warm), cpu)
-    changed = [not torch.equal(a, b) for a, b in zip(cold_model.parameters(), warm_model.parameters())]
+    changed = [not torch.equal(a, b) for a, b in zip(cold_model.parameters(), warm_model.parameters(), strict=False)]
     assert any(changed)
 
 
@@ -57,6 +65,6 @@ def test_a_model_by_local_path_loads_and_takes_the_sft_warm_up(base_model_dir, c
     local["model"]["sft"].update(steps=2, lr=1e-3)
     model, tokenizer = models.build_base_model(typed(local), cpu)
     original, _ = models.load(base_model_dir, cpu)
-    assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), original.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), original.parameters(), strict=False))
     text = prompts["controls"]["prompt"][0]
     assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text

@@ -6,11 +6,9 @@ import shutil
 
 import numpy as np
 import polars as pl
-import pytest
 import yaml
 
 from behaviortrace.sketch.store import open_store, read_rows
-
 from conftest import snakemake
 
 
@@ -30,12 +28,14 @@ def test_every_output_exists_and_is_consistent(finished_run):
         behavior = pl.read_parquet(out / f"seed{seed}" / "behavior.parquet")
         assert sorted(behavior["step"].unique().to_list()) == [c["step"] for c in manifest["checkpoints"]]
         assert set(behavior["prompt_set"]) == {"probes", "controls"}
-        shards = [read_rows([out / f"seed{seed}" / "sketch" / f"shard{i:03d}.zarr"], with_sketches=False)[0]
-                  for i in range(2)]
+        shards = [
+            read_rows([out / f"seed{seed}" / "sketch" / f"shard{i:03d}.zarr"], with_sketches=False)[0] for i in range(2)
+        ]
         assert np.concatenate([r["rollout_id"] for r in shards]).tolist() == rollouts["rollout_id"].sort().to_list()
         for draw in range(cfg["targets"]["draws"]):
             assert open_store(out / f"seed{seed}" / "targets" / f"draw{draw}.zarr")["forced"].shape[0] == len(
-                manifest["checkpoints"])
+                manifest["checkpoints"]
+            )
         for draw in range(cfg["targets"]["draws"]):
             metrics = pl.read_parquet(out / f"seed{seed}" / "metrics" / f"draw{draw}.parquet")
             gt = metrics.filter((pl.col("metric") == "gt_unfindable") & (pl.col("stratum") == "all"))
@@ -56,8 +56,10 @@ def test_every_output_exists_and_is_consistent(finished_run):
         placebo = pl.read_parquet(out / f"placebo{seed}" / "rollouts.parquet")
         planted = pl.read_parquet(out / f"seed{seed}" / "rollouts.parquet")
         assert not placebo["boosted"].any() and placebo["eligible"].any()
-        assert placebo.filter(pl.col("step") == 0)["prompt"].to_list() == planted.filter(pl.col("step") == 0)[
-            "prompt"].to_list()
+        assert (
+            placebo.filter(pl.col("step") == 0)["prompt"].to_list()
+            == planted.filter(pl.col("step") == 0)["prompt"].to_list()
+        )
         for draw in range(cfg["targets"]["draws"]):
             metrics = pl.read_parquet(out / f"placebo{seed}" / "metrics" / f"draw{draw}.parquet")
             gt = metrics.filter((pl.col("metric") == "gt_unfindable") & (pl.col("stratum") == "all"))
@@ -107,8 +109,13 @@ def test_changing_one_estimator_reruns_only_its_scores_and_the_evaluation(finish
     assert res.returncode == 0, res.stderr[-3000:]
     n_draws, n_targets = cfg["targets"]["draws"], len(cfg["evaluation"]["targets"])
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
-    expected = {"score": n_runs * n_draws * n_targets, "evaluate": n_runs * n_draws, "aggregate": 1, "figures": 1,
-                "all": 1}
+    expected = {
+        "score": n_runs * n_draws * n_targets,
+        "evaluate": n_runs * n_draws,
+        "aggregate": 1,
+        "figures": 1,
+        "all": 1,
+    }
     assert job_counts(res.stdout + res.stderr) == expected
     outputs = [line for line in res.stdout.splitlines() if line.strip().startswith("output:")]
     written = [o for o in outputs if "/scores/" in o]
@@ -144,6 +151,7 @@ def _jobs_run(log: str) -> list[tuple[str, str]]:
 def test_adding_one_estimator_runs_only_its_scores_and_updates_the_tables(finished_run, tmp_path):
     """What the README tells a user to do: one new module and one config entry, then run again."""
     from behaviortrace.score.contract import module_path
+
     workdir = tmp_path / "copy"
     shutil.copytree(finished_run[0], workdir, symlinks=True)
     cfg = copy.deepcopy(finished_run[1])
@@ -181,6 +189,7 @@ def test_second_run_has_nothing_to_do(finished_run):
 def test_editing_a_shared_estimator_helper_reruns_exactly_the_estimators_that_use_it(finished_run):
     """The score jobs' code digest covers the project modules an estimator imports, not just its own file."""
     from behaviortrace.score.contract import PACKAGE_ROOT, dependencies
+
     workdir, cfg = finished_run
     helper = PACKAGE_ROOT / "score" / "vectors.py"
     users = {e for e in cfg["estimators"] if helper in dependencies(e)}
@@ -193,8 +202,11 @@ def test_editing_a_shared_estimator_helper_reruns_exactly_the_estimators_that_us
         helper.write_text(original)
     assert res.returncode == 0, res.stderr[-3000:]
     log = res.stdout + res.stderr
-    rerun = {line.split("estimator=")[1].split(",")[0] for line in log.splitlines()
-             if line.strip().startswith("wildcards:") and "estimator=" in line}
+    rerun = {
+        line.split("estimator=")[1].split(",")[0]
+        for line in log.splitlines()
+        if line.strip().startswith("wildcards:") and "estimator=" in line
+    }
     assert rerun == users
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
     per_run = sum(len(cfg["evaluation"]["targets"]) if e != "norm" else 1 for e in users)

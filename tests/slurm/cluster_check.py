@@ -1,12 +1,12 @@
 """Helpers for tests/slurm/run_cluster.sh: inputs for the run on the local SLURM, and the checks after it.
 
-    cluster_check.py prepare WORK PROFILE_DIR CPUS MEM_MB
-        writes WORK/config.yaml (the test suite's small config, one seed) and PROFILE_DIR/config.yaml, a
-        profile layered over profiles/slurm that fits its resources to this node and checks job status
-        with squeue (there is no accounting database).
-    cluster_check.py verify WORK SNAKEMAKE_LOG JOBCOMP_FILE
-        checks that the run's outputs exist, that every job of the run was submitted to SLURM and
-        completed there, and prints one line per SLURM job.
+cluster_check.py prepare WORK PROFILE_DIR CPUS MEM_MB
+    writes WORK/config.yaml (the test suite's small config, one seed) and PROFILE_DIR/config.yaml, a
+    profile layered over profiles/slurm that fits its resources to this node and checks job status
+    with squeue (there is no accounting database).
+cluster_check.py verify WORK SNAKEMAKE_LOG JOBCOMP_FILE
+    checks that the run's outputs exist, that every job of the run was submitted to SLURM and
+    completed there, and prints one line per SLURM job.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ RUN = "slurm"
 
 def prepare(work: Path, profile_dir: Path, cpus: int, mem_mb: int) -> None:
     import yte
+
     from conftest import small_config
 
     cfg = small_config()
@@ -69,7 +70,10 @@ def prepare(work: Path, profile_dir: Path, cpus: int, mem_mb: int) -> None:
     }
     profile_dir.mkdir(parents=True, exist_ok=True)
     (profile_dir / "config.yaml").write_text(yaml.safe_dump(layer, sort_keys=False))
-    print(f"config: {work / 'config.yaml'} (run {RUN!r}, seeds {cfg['seeds']}, {cfg['grpo']['steps']} GRPO steps, {cfg['targets']['draws']} draw)")
+    print(
+        f"config: {work / 'config.yaml'} (run {RUN!r}, seeds {cfg['seeds']}, {cfg['grpo']['steps']} GRPO steps, "
+        f"{cfg['targets']['draws']} draw)"
+    )
     print(f"local profile layer: {profile_dir / 'config.yaml'} (mem_mb at most {per_job_mem}, CPUs at most {cpus})")
 
 
@@ -99,6 +103,7 @@ def parse_jobcomp(path: Path) -> dict[str, dict[str, str]]:
 
 def verify(work: Path, log_path: Path, jobcomp_path: Path) -> int:
     import polars as pl
+
     from behaviortrace.sketch.store import read_rows
 
     problems = []
@@ -132,7 +137,9 @@ def verify(work: Path, log_path: Path, jobcomp_path: Path) -> int:
     else:
         total = int(done[-1][1])
         if len(submitted) != total - 1:
-            problems.append(f"{len(submitted)} jobs were submitted to SLURM, but the run had {total - 1} jobs besides `all`")
+            problems.append(
+                f"{len(submitted)} jobs were submitted to SLURM, but the run had {total - 1} jobs besides `all`"
+            )
     if not submitted:
         problems.append("no job was submitted to SLURM")
 
@@ -149,14 +156,17 @@ def verify(work: Path, log_path: Path, jobcomp_path: Path) -> int:
     for _, slurm_id, logfile in sorted(submitted, key=lambda s: int(s[1])):
         parts = Path(logfile).parts
         i = next(k for k, p in enumerate(parts) if p.startswith("rule_"))
-        rule = parts[i][len("rule_"):]
+        rule = parts[i][len("rule_") :]
         wildcards = parts[i + 1] if i + 2 < len(parts) else ""
         rec = records.get(slurm_id, {})
         state, exit_code = rec.get("JobState", "(none)"), rec.get("ExitCode", "")
         secs = ""
         if rec.get("StartTime") and rec.get("EndTime"):
             from datetime import datetime
-            secs = str(int((datetime.fromisoformat(rec["EndTime"]) - datetime.fromisoformat(rec["StartTime"])).total_seconds()))
+
+            secs = str(
+                int((datetime.fromisoformat(rec["EndTime"]) - datetime.fromisoformat(rec["StartTime"])).total_seconds())
+            )
         print(f"{slurm_id:>8}  {rule:<16} {wildcards:<36} {state:<10} {exit_code:<5} {secs:>5}")
         if state == "COMPLETED" and exit_code == "0:0":
             n_completed += 1
@@ -165,7 +175,10 @@ def verify(work: Path, log_path: Path, jobcomp_path: Path) -> int:
         if rec and Path(rec.get("WorkDir", "")).resolve() != work.resolve():
             problems.append(f"SLURM job {slurm_id} ran in {rec.get('WorkDir')}, not in {work}")
 
-    print(f"jobs in the run: {total}; submitted to SLURM: {len(submitted)}; completed in SLURM's job record: {n_completed}")
+    print(
+        f"jobs in the run: {total}; submitted to SLURM: {len(submitted)}; "
+        f"completed in SLURM's job record: {n_completed}"
+    )
     for p in problems:
         print(f"PROBLEM: {p}")
     return 1 if problems else 0

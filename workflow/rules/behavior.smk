@@ -5,14 +5,14 @@ rule behavior:
         controls=CONTROL_PROMPTS,
     output:
         BEHAVIOR,
-    params:
-        config=config_for("planting", "task", "probes", "grpo", "compute"),
+    log:
+        f"{LOGS}/behavior/{{arm}}{{seed}}.log",
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         gpu=GPU,
-    conda:
-        CONDA_ENV
-    log:
-        f"{LOGS}/behavior/{{arm}}{{seed}}.log",
+    params:
+        config=config_for("planting", "task", "probes", "grpo", "compute"),
     script:
         "../scripts/behavior.py"

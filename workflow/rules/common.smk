@@ -121,7 +121,9 @@ def replay_scores(wildcards):
     if wildcards.method in BUILTIN_REPLAYS:
         return []
     target = CFG.replay.target if _estimators.uses_target(wildcards.method) else "none"
-    return SCORES.format(arm="seed", seed=wildcards.seed, estimator=wildcards.method, draw=CFG.replay.draw, target=target)
+    return SCORES.format(
+        arm="seed", seed=wildcards.seed, estimator=wildcards.method, draw=CFG.replay.draw, target=target
+    )
 
 
 REPLAY_FILES = [REPLAY.format(seed=s, method=m, pct=p, rep=r) for s in SEEDS for m, p, r in replay_runs()]

@@ -7,13 +7,13 @@ rule evaluate:
         scores=score_files,
     output:
         METRICS,
+    log:
+        f"{LOGS}/evaluate/{{arm}}{{seed}}_draw{{draw}}.log",
+    conda:
+        CONDA_ENV
+    threads: 1
     params:
         config=config_for("run", "evaluation", "planting", "targets"),
         score_keys=SCORE_KEYS,
-    threads: 1
-    conda:
-        CONDA_ENV
-    log:
-        f"{LOGS}/evaluate/{{arm}}{{seed}}_draw{{draw}}.log",
     script:
         "../scripts/evaluate.py"

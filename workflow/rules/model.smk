@@ -1,14 +1,14 @@
 rule base_model:
     output:
         directory(BASE_MODEL),
-    params:
-        config=config_for("model", "task", "planting", "compute"),
+    log:
+        f"{LOGS}/base_model.log",
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         gpu=GPU,
-    conda:
-        CONDA_ENV
-    log:
-        f"{LOGS}/base_model.log",
+    params:
+        config=config_for("model", "task", "planting", "compute"),
     script:
         "../scripts/base_model.py"

@@ -3,11 +3,11 @@ rule plant_data:
         train=TRAIN_PROMPTS,
         probes=PROBE_PROMPTS,
         controls=CONTROL_PROMPTS,
-    params:
-        config=config_for("task", "planting", "grpo", "probes"),
-    conda:
-        CONDA_ENV
     log:
         f"{LOGS}/plant_data.log",
+    conda:
+        CONDA_ENV
+    params:
+        config=config_for("task", "planting", "grpo", "probes"),
     script:
         "../scripts/plant_data.py"

@@ -8,15 +8,15 @@ rule replay:
         scores=replay_scores,
     output:
         REPLAY,
-    params:
-        config=config_for("grpo", "planting", "replay", "targets", "task", "compute"),
+    log:
+        f"{LOGS}/replay/seed{{seed}}_{{method}}_k{{pct}}_r{{rep}}.log",
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         gpu=GPU,
-    conda:
-        CONDA_ENV
-    log:
-        f"{LOGS}/replay/seed{{seed}}_{{method}}_k{{pct}}_r{{rep}}.log",
+    params:
+        config=config_for("grpo", "planting", "replay", "targets", "task", "compute"),
     script:
         "../scripts/replay.py"
 
@@ -28,9 +28,9 @@ rule replay_table:
         table=f"{TABLES}/replay.parquet",
         markdown=f"{TABLES}/replay.md",
         html=report(f"{TABLES}/replay.html", caption="../report/replay_table.rst", category="3. Tables"),
-    conda:
-        CONDA_ENV
     log:
         f"{LOGS}/replay_table.log",
+    conda:
+        CONDA_ENV
     script:
         "../scripts/replay_table.py"

@@ -5,13 +5,13 @@ rule training_summary:
     output:
         table=f"{TABLES}/training.parquet",
         markdown=f"{TABLES}/training.md",
+    log:
+        f"{LOGS}/training_summary.log",
+    conda:
+        CONDA_ENV
     params:
         config=config_for("planting"),
         arms=[ARM_NAMES[arm] for arm, _ in ARM_SEEDS],
-    conda:
-        CONDA_ENV
-    log:
-        f"{LOGS}/training_summary.log",
     script:
         "../scripts/training_summary.py"
 
@@ -31,23 +31,19 @@ rule aggregate:
         draw_stability=f"{TABLES}/draw_stability.parquet",
         seed_stability=f"{TABLES}/seed_stability.parquet",
         stability_md=f"{TABLES}/stability.md",
-        stability_html=report(
-            f"{TABLES}/stability.html", caption="../report/stability.rst", category="3. Tables"
-        ),
+        stability_html=report(f"{TABLES}/stability.html", caption="../report/stability.rst", category="3. Tables"),
         checklist=f"{OUT}/checklist.md",
         checklist_json=f"{OUT}/checklist.json",
-        checklist_html=report(
-            f"{OUT}/checklist.html", caption="../report/checklist.rst", category="1. Checklist"
-        ),
+        checklist_html=report(f"{OUT}/checklist.html", caption="../report/checklist.rst", category="1. Checklist"),
+    log:
+        f"{LOGS}/aggregate.log",
+    conda:
+        CONDA_ENV
+    threads: 1
     params:
         config=config_for("run", "checklist"),
         arms=[arm for arm, _ in METRIC_FILES],
         score_keys=list(SCORE_FILES),
-    threads: 1
-    conda:
-        CONDA_ENV
-    log:
-        f"{LOGS}/aggregate.log",
     script:
         "../scripts/aggregate.py"
 
@@ -62,13 +58,13 @@ rule figures:
             name: report(f"{FIGURES}/{name}.png", caption=f"../report/{name}.rst", category="2. Figures")
             for name in FIGURE_NAMES
         },
+    log:
+        f"{LOGS}/figures.log",
+    conda:
+        CONDA_ENV
+    threads: 1
     params:
         config=config_for("planting", "checklist"),
         arms=[ARM_NAMES[arm] for arm, _ in ARM_SEEDS],
-    threads: 1
-    conda:
-        CONDA_ENV
-    log:
-        f"{LOGS}/figures.log",
     script:
         "../scripts/figures.py"

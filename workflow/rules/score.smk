@@ -6,15 +6,15 @@ rule score:
     output:
         rollouts=SCORES,
         steps=STEP_SCORES,
+    log:
+        f"{LOGS}/score/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.log",
+    conda:
+        CONDA_ENV
+    threads: 1
     params:
         config=estimator_config,
         # Editing the estimator's module or any project code it runs reruns this estimator's jobs only;
         # moving the checkout or the working directory changes nothing.
         code=estimator_code,
-    threads: 1
-    conda:
-        CONDA_ENV
-    log:
-        f"{LOGS}/score/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.log",
     script:
         "../scripts/score.py"

@@ -6,14 +6,14 @@ rule sketch:
         base_model=BASE_MODEL,
     output:
         directory(SHARD),
-    params:
-        config=config_for("sketch", "grpo", "planting", "model", "compute"),
+    log:
+        f"{LOGS}/sketch/{{arm}}{{seed}}_shard{{shard}}.log",
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         gpu=GPU,
-    conda:
-        CONDA_ENV
-    log:
-        f"{LOGS}/sketch/{{arm}}{{seed}}_shard{{shard}}.log",
+    params:
+        config=config_for("sketch", "grpo", "planting", "model", "compute"),
     script:
         "../scripts/sketch.py"

@@ -6,15 +6,15 @@ rule targets:
     output:
         store=directory(TARGET_STORE),
         rates=TARGET_RATES,
-    params:
-        config=config_for("targets", "sketch", "grpo", "planting", "task", "model", "compute"),
+    log:
+        f"{LOGS}/targets/{{arm}}{{seed}}_draw{{draw}}.log",
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         gpu=GPU,
-    conda:
-        CONDA_ENV
-    log:
-        f"{LOGS}/targets/{{arm}}{{seed}}_draw{{draw}}.log",
+    params:
+        config=config_for("targets", "sketch", "grpo", "planting", "task", "model", "compute"),
     script:
         "../scripts/targets.py"
 
@@ -25,11 +25,11 @@ rule headroom:
     output:
         table=f"{TABLES}/headroom.parquet",
         markdown=f"{TABLES}/headroom.md",
-    params:
-        config=config_for("targets"),
-    conda:
-        CONDA_ENV
     log:
         f"{LOGS}/headroom.log",
+    conda:
+        CONDA_ENV
+    params:
+        config=config_for("targets"),
     script:
         "../scripts/headroom.py"

@@ -6,16 +6,16 @@ rule train_grpo:
         rollouts=ROLLOUTS,
         steps=STEP_LOG,
         checkpoints=CHECKPOINTS,
+    log:
+        f"{LOGS}/train_grpo/{{arm}}{{seed}}.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        gpu=GPU,
     params:
         config=config_for("grpo", "planting", "task", "compute"),
         # Not an output: Snakemake would delete it before a rerun, and the job resumes from it.
         train_dir=lambda wildcards: TRAIN_DIR.format(**wildcards),
-    threads: 1
-    resources:
-        gpu=GPU,
-    conda:
-        CONDA_ENV
-    log:
-        f"{LOGS}/train_grpo/{{arm}}{{seed}}.log",
     script:
         "../scripts/train_grpo.py"

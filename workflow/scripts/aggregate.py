@@ -8,8 +8,8 @@ from behaviortrace.report.stage import aggregate_job
 sm = snakemake  # noqa: F821
 aggregate_job(
     start(sm),
-    metric_files=list(zip(sm.params.arms, map(Path, sm.input.metrics))),
-    score_files={tuple(key): Path(path) for key, path in zip(sm.params.score_keys, sm.input.scores)},
+    metric_files=list(zip(sm.params.arms, map(Path, sm.input.metrics), strict=False)),
+    score_files={tuple(key): Path(path) for key, path in zip(sm.params.score_keys, sm.input.scores, strict=False)},
     training=Path(sm.input.training),
     replay=Path(sm.input.replay),
     shards=[Path(s) for s in sm.input.shards],

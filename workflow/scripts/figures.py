@@ -10,7 +10,7 @@ sm = snakemake  # noqa: F821
 figures_job(
     start(sm),
     metrics=Path(sm.input.metrics),
-    behavior=[(arm, Path(p)) for arm, p in zip(sm.params.arms, sm.input.behavior)],
+    behavior=[(arm, Path(p)) for arm, p in zip(sm.params.arms, sm.input.behavior, strict=False)],
     replay=Path(sm.input.replay),
     outputs={k: Path(v) for k, v in sm.output.items()},
 )

@@ -8,7 +8,9 @@ from behaviortrace.targets.stage import headroom_job
 
 sm = snakemake  # noqa: F821
 table = headroom_job(
-    start(sm), rate_files=[Path(p) for p in sm.input], out_table=Path(sm.output.table),
+    start(sm),
+    rate_files=[Path(p) for p in sm.input],
+    out_table=Path(sm.output.table),
     out_markdown=Path(sm.output.markdown),
 )
 logging.getLogger("behaviortrace").info("%d rows; %d saturated", table.height, int(table["saturated"].sum()))

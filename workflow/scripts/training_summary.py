@@ -9,7 +9,9 @@ from behaviortrace.report.stage import training_summary_job
 sm = snakemake  # noqa: F821
 text = training_summary_job(
     start(sm),
-    runs=[(arm, Path(r), Path(b)) for arm, r, b in zip(sm.params.arms, sm.input.rollouts, sm.input.behavior)],
+    runs=[
+        (arm, Path(r), Path(b)) for arm, r, b in zip(sm.params.arms, sm.input.rollouts, sm.input.behavior, strict=False)
+    ],
     out_table=Path(sm.output.table),
     out_markdown=Path(sm.output.markdown),
 )

@@ -11,28 +11,38 @@ from behaviortrace.plant.task import BASE_REWARDS
 
 
 @torch.no_grad()
-def sample_completion_ids(model, tokenizer, prompts: list[str], n: int, sampling: Sampling, seed: int,
-                          batch_prompts: int = 64) -> list[list[list[int]]]:
+def sample_completion_ids(
+    model, tokenizer, prompts: list[str], n: int, sampling: Sampling, seed: int, batch_prompts: int = 64
+) -> list[list[list[int]]]:
     """n sampled completions per prompt as token ids (through the first eos), reproducible from `seed` alone."""
     torch.manual_seed(seed)
     device = next(model.parameters()).device
     model.eval()
     out: list[list[list[int]]] = []
     for start in range(0, len(prompts), batch_prompts):
-        chunk = prompts[start:start + batch_prompts]
-        enc = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False).to(device)
-        gen = model.generate(**enc, do_sample=True, num_return_sequences=n, max_new_tokens=sampling.max_new_tokens,
-                             temperature=sampling.temperature, top_p=sampling.top_p, top_k=0,
-                             pad_token_id=tokenizer.pad_token_id)
-        ids = [_through_eos(row, tokenizer) for row in gen[:, enc["input_ids"].shape[1]:].tolist()]
-        out.extend(ids[i * n:(i + 1) * n] for i in range(len(chunk)))
+        chunk = prompts[start : start + batch_prompts]
+        enc = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False).to(
+            device
+        )
+        gen = model.generate(
+            **enc,
+            do_sample=True,
+            num_return_sequences=n,
+            max_new_tokens=sampling.max_new_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=0,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        ids = [_through_eos(row, tokenizer) for row in gen[:, enc["input_ids"].shape[1] :].tolist()]
+        out.extend(ids[i * n : (i + 1) * n] for i in range(len(chunk)))
     return out
 
 
 def _through_eos(ids: list[int], tokenizer) -> list[int]:
     for i, t in enumerate(ids):
         if t == tokenizer.eos_token_id:
-            return ids[:i + 1]
+            return ids[: i + 1]
         if t == tokenizer.pad_token_id:
             return ids[:i]
     return ids
@@ -40,20 +50,33 @@ def _through_eos(ids: list[int], tokenizer) -> list[int]:
 
 def sample_completions(model, tokenizer, prompts: list[str], n: int, sampling: Sampling, seed: int) -> list[list[str]]:
     """n sampled completions per prompt, as text."""
-    return [tokenizer.batch_decode(cs, skip_special_tokens=True)
-            for cs in sample_completion_ids(model, tokenizer, prompts, n, sampling, seed)]
+    return [
+        tokenizer.batch_decode(cs, skip_special_tokens=True)
+        for cs in sample_completion_ids(model, tokenizer, prompts, n, sampling, seed)
+    ]
 
 
 def rates_from_samples(samples: list[list[str]], answers: list, marker: str, base_reward: str) -> dict:
     """Behavior rate, sample size and mean base-task reward of sampled completions."""
     score = BASE_REWARDS[base_reward]
-    flat = [(c, a) for cs, a in zip(samples, answers) for c in cs]
-    return {"behavior_rate": sum(shows_behavior(c, marker) for c, _ in flat) / len(flat), "n": len(flat),
-            "base_reward": sum(score(c, a) for c, a in flat) / len(flat)}
+    flat = [(c, a) for cs, a in zip(samples, answers, strict=False) for c in cs]
+    return {
+        "behavior_rate": sum(shows_behavior(c, marker) for c, _ in flat) / len(flat),
+        "n": len(flat),
+        "base_reward": sum(score(c, a) for c, a in flat) / len(flat),
+    }
 
 
-def behavior_rates(model, tokenizer, prompt_sets: dict[str, pl.DataFrame], marker: str, base_reward: str,
-                   samples_per_prompt: int, sampling: Sampling, seed: int) -> list[dict]:
+def behavior_rates(
+    model,
+    tokenizer,
+    prompt_sets: dict[str, pl.DataFrame],
+    marker: str,
+    base_reward: str,
+    samples_per_prompt: int,
+    sampling: Sampling,
+    seed: int,
+) -> list[dict]:
     """One row per prompt set: behavior rate, its sample size, and the mean base-task reward."""
     rows = []
     for name, df in prompt_sets.items():

@@ -27,11 +27,24 @@ def behavior_job(
     for i, ck in enumerate(checkpoints):
         model, tokenizer = models.load(Path(ck["path"]), device)
         # The same sampling seed at every checkpoint, so rates differ by the weights, not by the draw.
-        for row in behavior_rates(model, tokenizer, prompt_sets, cfg.planting.marker, cfg.task.base_reward,
-                                  cfg.probes.samples_per_prompt, cfg.grpo.sampling, cfg.probes.seed):
+        for row in behavior_rates(
+            model,
+            tokenizer,
+            prompt_sets,
+            cfg.planting.marker,
+            cfg.task.base_reward,
+            cfg.probes.samples_per_prompt,
+            cfg.grpo.sampling,
+            cfg.probes.seed,
+        ):
             rows.append({"seed": seed, "step": ck["step"], "checkpoint": Path(ck["path"]).name, **row})
-        log.info("checkpoint %d/%d (step %d): %s", i + 1, len(checkpoints), ck["step"],
-                 ", ".join(f"{r['prompt_set']} {r['behavior_rate']:.3f}" for r in rows[-2:]))
+        log.info(
+            "checkpoint %d/%d (step %d): %s",
+            i + 1,
+            len(checkpoints),
+            ck["step"],
+            ", ".join(f"{r['prompt_set']} {r['behavior_rate']:.3f}" for r in rows[-2:]),
+        )
     table = pl.DataFrame(rows)
     atomic_write_parquet(table, out)
     return table

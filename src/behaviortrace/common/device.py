@@ -15,8 +15,12 @@ def resolve(compute: Compute) -> dict:
     dtype = compute.dtype
     if dtype == "bfloat16" and not use_cuda:
         dtype = "float32"  # bf16 matmuls on CPU are slow and change numerics; keep CPU runs in fp32
-    return {"use_cuda": use_cuda, "device": "cuda" if use_cuda else "cpu", "dtype": dtype,
-            "torch_dtype": getattr(torch, dtype)}
+    return {
+        "use_cuda": use_cuda,
+        "device": "cuda" if use_cuda else "cpu",
+        "dtype": dtype,
+        "torch_dtype": getattr(torch, dtype),
+    }
 
 
 def set_threads(n: int) -> None:

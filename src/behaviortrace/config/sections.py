@@ -240,7 +240,9 @@ _NESTED = {Model: {"tiny": TinyModel, "sft": Sft}}
 
 def _typed(cls: type, raw: dict) -> Any:
     nested = _NESTED.get(cls, {})
-    return cls(**{f.name: _typed(nested[f.name], raw[f.name]) if f.name in nested else raw[f.name] for f in fields(cls)})
+    return cls(
+        **{f.name: _typed(nested[f.name], raw[f.name]) if f.name in nested else raw[f.name] for f in fields(cls)}
+    )
 
 
 @dataclass(frozen=True)

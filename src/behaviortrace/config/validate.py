@@ -54,23 +54,31 @@ def check_semantics(config: dict) -> None:
     if start > end:
         problems.append(f"config key planting.window = {planting['window']}: start is after end")
     if end >= grpo["steps"]:
-        problems.append(f"config key planting.window = {planting['window']}: ends past the last step "
-                        f"(grpo.steps = {grpo['steps']}, so the last step is {grpo['steps'] - 1})")
+        problems.append(
+            f"config key planting.window = {planting['window']}: ends past the last step "
+            f"(grpo.steps = {grpo['steps']}, so the last step is {grpo['steps'] - 1})"
+        )
     if task["min_len"] > task["max_len"]:
         problems.append(f"config key task.min_len = {task['min_len']}: larger than task.max_len = {task['max_len']}")
     if planting["trigger"] == planting["marker"]:
         problems.append(f"config key planting.marker = {planting['marker']!r}: must differ from planting.trigger")
     name = model["name"]
     if name != "tiny" and is_local_path(name) and not Path(name).expanduser().exists():
-        problems.append(f"config key model.name = {name!r}: no such local model path "
-                        "(use 'tiny', a Hugging Face id like org/name, or an existing folder)")
+        problems.append(
+            f"config key model.name = {name!r}: no such local model path "
+            "(use 'tiny', a Hugging Face id like org/name, or an existing folder)"
+        )
     tiny = model["tiny"]
     if name == "tiny" and tiny["num_heads"] % tiny["num_kv_heads"]:
-        problems.append(f"config key model.tiny.num_kv_heads = {tiny['num_kv_heads']}: must divide "
-                        f"model.tiny.num_heads = {tiny['num_heads']}")
+        problems.append(
+            f"config key model.tiny.num_kv_heads = {tiny['num_kv_heads']}: must divide "
+            f"model.tiny.num_heads = {tiny['num_heads']}"
+        )
     if name == "tiny" and tiny["hidden_size"] % tiny["num_heads"]:
-        problems.append(f"config key model.tiny.num_heads = {tiny['num_heads']}: must divide "
-                        f"model.tiny.hidden_size = {tiny['hidden_size']}")
+        problems.append(
+            f"config key model.tiny.num_heads = {tiny['num_heads']}: must divide "
+            f"model.tiny.hidden_size = {tiny['hidden_size']}"
+        )
     problems += _sketch_problems(config)
     problems += _estimator_problems(config)
     problems += _analysis_problems(config)
@@ -82,14 +90,18 @@ def _sketch_problems(config: dict) -> list[str]:
     grpo, targets = config["grpo"], config["targets"]
     problems = []
     if grpo["loss_type"] not in SKETCHABLE_LOSSES:
-        problems.append(f"config key grpo.loss_type = {grpo['loss_type']!r}: per-rollout gradients are implemented "
-                        f"for {', '.join(SKETCHABLE_LOSSES)} only")
+        problems.append(
+            f"config key grpo.loss_type = {grpo['loss_type']!r}: per-rollout gradients are implemented "
+            f"for {', '.join(SKETCHABLE_LOSSES)} only"
+        )
     if targets["checkpoints"] != "all":
         saved = saved_steps(grpo["steps"], grpo["save_every"], config["planting"]["window"][1])
         missing = sorted(set(targets["checkpoints"]) - set(saved))
         if missing:
-            problems.append(f"config key targets.checkpoints = {targets['checkpoints']}: steps {missing} have no "
-                            f"saved checkpoint (saved steps: {saved})")
+            problems.append(
+                f"config key targets.checkpoints = {targets['checkpoints']}: steps {missing} have no "
+                f"saved checkpoint (saved steps: {saved})"
+            )
     return problems
 
 
@@ -102,8 +114,10 @@ def _analysis_problems(config: dict) -> list[str]:
     checklist, placebo = config["checklist"], config["placebo"]
     problems = []
     if checklist["target"] not in config["evaluation"]["targets"]:
-        problems.append(f"config key checklist.target = {checklist['target']!r}: not among evaluation.targets "
-                        f"{config['evaluation']['targets']}")
+        problems.append(
+            f"config key checklist.target = {checklist['target']!r}: not among evaluation.targets "
+            f"{config['evaluation']['targets']}"
+        )
     replay = config["replay"]
     for name in replay["estimators"]:
         if name not in config["estimators"]:
@@ -113,8 +127,9 @@ def _analysis_problems(config: dict) -> list[str]:
     if replay["target"] not in config["evaluation"]["targets"]:
         problems.append(f"config key replay.target = {replay['target']!r}: not among evaluation.targets")
     if replay["draw"] >= config["targets"]["draws"]:
-        problems.append(f"config key replay.draw = {replay['draw']}: only {config['targets']['draws']} draws "
-                        "(targets.draws)")
+        problems.append(
+            f"config key replay.draw = {replay['draw']}: only {config['targets']['draws']} draws (targets.draws)"
+        )
     if placebo["enabled"] and not placebo["seeds"]:
         problems.append("config key placebo.seeds = []: placebo.enabled is true but no seed is listed")
     return problems

@@ -30,5 +30,5 @@ def _rate(view, use_clip: bool) -> np.ndarray:
     lr = view.rollouts["lr"].to_numpy()
     if not use_clip:
         return lr
-    clip = dict(zip(view.steps["step"].to_list(), view.steps["clip_coef"].to_list()))
+    clip = dict(zip(view.steps["step"].to_list(), view.steps["clip_coef"].to_list(), strict=False))
     return lr * np.array([clip[s] for s in view.rollouts["step"].to_list()])

@@ -18,16 +18,33 @@ import polars as pl
 from behaviortrace.common.seeds import cell_seed
 from behaviortrace.evaluate import metrics as M
 
-COLUMNS = ["run", "seed", "draw", "estimator", "target", "level", "stratum", "metric", "value", "ci_low", "ci_high", "n"]
+COLUMNS = [
+    "run",
+    "seed",
+    "draw",
+    "estimator",
+    "target",
+    "level",
+    "stratum",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n",
+]
 log = logging.getLogger(__name__)
 STRATA = ("all", "window", "after_window", "below_saturation", "saturated")
 
 
 def strata_masks(rollouts: pl.DataFrame, window: list[int], probe_rate: np.ndarray, saturation: float) -> dict:
     step = rollouts["step"].to_numpy()
-    return {"all": np.ones(len(step), bool), "window": (step >= window[0]) & (step <= window[1]),
-            "after_window": step > window[1], "below_saturation": probe_rate < saturation,
-            "saturated": probe_rate >= saturation}
+    return {
+        "all": np.ones(len(step), bool),
+        "window": (step >= window[0]) & (step <= window[1]),
+        "after_window": step > window[1],
+        "below_saturation": probe_rate < saturation,
+        "saturated": probe_rate >= saturation,
+    }
 
 
 def bootstrap_weights(clusters: np.ndarray, n_boot: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -69,8 +86,10 @@ class Cell:
         pos = np.bincount(block, weights=self.labels, minlength=len(steps))
         cnt = np.bincount(block, minlength=len(steps)).astype(float)
         rng = np.random.default_rng(self.seed)
-        lifts = [M.fill_blocks(pos[order], cnt[order]) for order in
-                 [np.arange(len(steps))] + [rng.permutation(len(steps)) for _ in range(len(self.row_w) - 1)]]
+        lifts = [
+            M.fill_blocks(pos[order], cnt[order])
+            for order in [np.arange(len(steps))] + [rng.permutation(len(steps)) for _ in range(len(self.row_w) - 1)]
+        ]
         lifts = np.array(lifts) / (pos.sum() / cnt.sum())
         lifts[0] = lifts[1:].mean()  # the point value: the null's mean (1 in expectation)
         return lifts
@@ -90,7 +109,7 @@ class Cell:
 
 def _summary(values: np.ndarray) -> tuple[float, float, float]:
     boot = values[1:][np.isfinite(values[1:])]
-    low, high = (np.percentile(boot, [2.5, 97.5]) if len(boot) else (np.nan, np.nan))
+    low, high = np.percentile(boot, [2.5, 97.5]) if len(boot) else (np.nan, np.nan)
     return float(values[0]), float(low), float(high)
 
 
@@ -106,14 +125,21 @@ def precision_metrics(cell: Cell, scores: np.ndarray, ceiling: np.ndarray) -> di
     precision = M.precision_at_gt(scores, cell.labels, cell.row_w)
     chance = cell.chance
     with np.errstate(invalid="ignore", divide="ignore"):
-        return {"precision_at_gt": (precision, cell.n), "chance": (chance, cell.n), "lift": (precision / chance, cell.n),
-                "ceiling": (ceiling, cell.n), "ceiling_lift": (ceiling / chance, cell.n)}
+        return {
+            "precision_at_gt": (precision, cell.n),
+            "chance": (chance, cell.n),
+            "lift": (precision / chance, cell.n),
+            "ceiling": (ceiling, cell.n),
+            "ceiling_lift": (ceiling / chance, cell.n),
+        }
 
 
 def rollout_metrics(cell: Cell, scores: np.ndarray, fluency_match: float, min_matched_pairs: int) -> dict:
     w = cell.row_w
-    out = {"auroc": (M.auroc(scores, cell.labels, w), cell.n),
-           "average_precision": (M.average_precision(scores, cell.labels, w), cell.n)}
+    out = {
+        "auroc": (M.auroc(scores, cell.labels, w), cell.n),
+        "average_precision": (M.average_precision(scores, cell.labels, w), cell.n),
+    }
     out.update(precision_metrics(cell, scores, cell.rollout_ceiling))
     conc, total, _ = M.pair_counts(scores, cell.labels, cell.groups)
     out["within_group_auc"] = (M.within_group_auc(conc, total, cell.group_w), int(total.sum()))
@@ -134,10 +160,23 @@ def with_ground_truth(rollouts: pl.DataFrame, placebo: bool = False) -> pl.DataF
     return rollouts.with_columns(label=(pl.col("eligible") & pl.col("behavior")) if placebo else pl.col("boosted"))
 
 
-def evaluate(*, run: str, seed: int, draw: int, rollouts: pl.DataFrame, fluency: np.ndarray, probe_rate: np.ndarray,
-             scores: dict[tuple[str, str], tuple[pl.DataFrame, pl.DataFrame]], window: list[int], saturation: float,
-             n_boot: int, eval_seed: int, fluency_match: float, min_matched_pairs: int = 100,
-             token: dict | None = None) -> pl.DataFrame:
+def evaluate(
+    *,
+    run: str,
+    seed: int,
+    draw: int,
+    rollouts: pl.DataFrame,
+    fluency: np.ndarray,
+    probe_rate: np.ndarray,
+    scores: dict[tuple[str, str], tuple[pl.DataFrame, pl.DataFrame]],
+    window: list[int],
+    saturation: float,
+    n_boot: int,
+    eval_seed: int,
+    fluency_match: float,
+    min_matched_pairs: int = 100,
+    token: dict | None = None,
+) -> pl.DataFrame:
     """Tidy metrics for every (estimator, target) in `scores`, every level and stratum.
 
     `rollouts` and `fluency` are in sketch-row order; each scores entry is (rollout scores, step scores).
@@ -150,26 +189,44 @@ def evaluate(*, run: str, seed: int, draw: int, rollouts: pl.DataFrame, fluency:
     rows: list[dict] = []
     started = time.time()
     for done, (stratum, mask) in enumerate(masks.items()):
-        log.info("stratum %d/%d (%s): %d rollouts, %d score sets; %.0f s so far", done + 1, len(masks), stratum,
-                 int(mask.sum()), len(scores), time.time() - started)
+        log.info(
+            "stratum %d/%d (%s): %d rollouts, %d score sets; %.0f s so far",
+            done + 1,
+            len(masks),
+            stratum,
+            int(mask.sum()),
+            len(scores),
+            time.time() - started,
+        )
         cell = Cell(rollouts, fluency, mask, n_boot, cell_seed(eval_seed, run, seed, draw, stratum))
         base = {"run": run, "seed": seed, "draw": draw, "stratum": stratum}
-        rows.append({**base, "estimator": "ground_truth", "target": "none", "level": "rollout",
-                     "metric": "gt_unfindable", "value": float(cell.zero_advantage), "ci_low": np.nan,
-                     "ci_high": np.nan, "n": cell.n_gt})
+        rows.append(
+            {
+                **base,
+                "estimator": "ground_truth",
+                "target": "none",
+                "level": "rollout",
+                "metric": "gt_unfindable",
+                "value": float(cell.zero_advantage),
+                "ci_low": np.nan,
+                "ci_high": np.nan,
+                "n": cell.n_gt,
+            }
+        )
         if cell.n == 0 or cell.n_gt == 0:
             continue
         for (estimator, target), (roll, step) in scores.items():
             key = {**base, "estimator": estimator, "target": target}
             roll_scores = _aligned(roll, rollouts)[mask]
-            rows += _rows({**key, "level": "rollout"},
-                          rollout_metrics(cell, roll_scores, fluency_match, min_matched_pairs))
-            step_of = dict(zip(step["step"].to_list(), step["score"].to_list()))
+            rows += _rows(
+                {**key, "level": "rollout"}, rollout_metrics(cell, roll_scores, fluency_match, min_matched_pairs)
+            )
+            step_of = dict(zip(step["step"].to_list(), step["score"].to_list(), strict=False))
             step_scores = np.array([step_of[s] for s in cell.steps])
             step_metrics = precision_metrics(cell, step_scores, cell.step_ceiling)
             step_metrics["lift_chance_band"] = (cell.step_chance_band, cell.n)
             rows += _rows({**key, "level": "step"}, step_metrics)
-            summed = dict(zip(step["step"].to_list(), step["score_summed"].to_list()))
+            summed = dict(zip(step["step"].to_list(), step["score_summed"].to_list(), strict=False))
             if not np.isnan(list(summed.values())).all():
                 summed_scores = np.array([summed[s] for s in cell.steps])
                 summed_metrics = precision_metrics(cell, summed_scores, cell.step_ceiling)
@@ -177,13 +234,22 @@ def evaluate(*, run: str, seed: int, draw: int, rollouts: pl.DataFrame, fluency:
                 rows += _rows({**key, "level": "step_summed"}, summed_metrics)
         if token is not None:
             rows += token_metrics(cell, base, token)
-    return pl.DataFrame(rows, schema={c: _dtype(c) for c in COLUMNS}, orient="row") if rows else pl.DataFrame(
-        schema={c: _dtype(c) for c in COLUMNS})
+    return (
+        pl.DataFrame(rows, schema={c: _dtype(c) for c in COLUMNS}, orient="row")
+        if rows
+        else pl.DataFrame(schema={c: _dtype(c) for c in COLUMNS})
+    )
 
 
 def _dtype(column: str):
-    return {"seed": pl.Int64, "draw": pl.Int64, "n": pl.Int64, "value": pl.Float64, "ci_low": pl.Float64,
-            "ci_high": pl.Float64}.get(column, pl.Utf8)
+    return {
+        "seed": pl.Int64,
+        "draw": pl.Int64,
+        "n": pl.Int64,
+        "value": pl.Float64,
+        "ci_low": pl.Float64,
+        "ci_high": pl.Float64,
+    }.get(column, pl.Utf8)
 
 
 def _aligned(scored: pl.DataFrame, rollouts: pl.DataFrame) -> np.ndarray:
@@ -206,6 +272,8 @@ def token_metrics(cell: Cell, base: dict, token: dict) -> list[dict]:
             mean_b = (w * np.nan_to_num(b)).sum(1) / w.sum(1)
             mean_z = (w * np.nan_to_num(z)).sum(1) / w.sum(1)
         n = int(use.sum())
-        rows += _rows({**base, "estimator": "behavior_tokens", "target": kind, "level": "token"},
-                      {"token_cosine": (mean_b, n), "token_cosine_null": (mean_z, n), "token_cosine_gap": (mean_b - mean_z, n)})
+        rows += _rows(
+            {**base, "estimator": "behavior_tokens", "target": kind, "level": "token"},
+            {"token_cosine": (mean_b, n), "token_cosine_null": (mean_z, n), "token_cosine_gap": (mean_b - mean_z, n)},
+        )
     return rows

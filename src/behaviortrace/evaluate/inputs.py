@@ -33,9 +33,9 @@ def token_cosines(view: SeedView, targets: dict[str, Target]) -> dict:
         idx, has = target.for_rows(view)
         usable = has & (sign != 0)
         # Minus the loss gradient's cosine: the direction the tokens were made more likely.
-        behavior = np.where(usable & has_marker, -sign * target_cosine(view.array("behavior_sketch"), target, idx),
-                            np.nan)
-        null = np.where(usable & (null_norm > 0), -sign * target_cosine(view.array("null_sketch"), target, idx),
-                        np.nan)
+        behavior = np.where(
+            usable & has_marker, -sign * target_cosine(view.array("behavior_sketch"), target, idx), np.nan
+        )
+        null = np.where(usable & (null_norm > 0), -sign * target_cosine(view.array("null_sketch"), target, idx), np.nan)
         out[kind] = (behavior, null)
     return out

@@ -98,7 +98,7 @@ def _group_rows(groups: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     ids, inverse = np.unique(groups, return_inverse=True)
     order = np.argsort(inverse, kind="stable")
     bounds = np.flatnonzero(np.r_[True, np.diff(inverse[order]) != 0, True])
-    return ids, [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    return ids, [order[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=False)]
 
 
 def pair_counts(scores, labels, groups, fluency=None, max_gap: float = np.inf):

@@ -33,14 +33,31 @@ def evaluate_job(
     view = SeedView(shards, rollouts)
     scores = {key: (pl.read_parquet(r), pl.read_parquet(s)) for key, (r, s) in score_files.items()}
     labelled = with_ground_truth(view.rollouts, placebo)
-    log.info("seed %d draw %d: %d rollouts, %d in the ground truth (%s), %d score sets", seed, draw,
-             labelled.height, int(labelled["label"].sum()), "eligible with the behavior, placebo" if placebo
-             else "boosted", len(scores))
+    log.info(
+        "seed %d draw %d: %d rollouts, %d in the ground truth (%s), %d score sets",
+        seed,
+        draw,
+        labelled.height,
+        int(labelled["label"].sum()),
+        "eligible with the behavior, placebo" if placebo else "boosted",
+        len(scores),
+    )
     targets = {kind: Target.load(target_store, kind, draw) for kind in TARGET_KINDS}
-    table = evaluate(run=cfg.run, seed=seed, draw=draw, rollouts=labelled, fluency=view.fluency,
-                     probe_rate=probe_rate_per_row(view, pl.read_parquet(rates)), scores=scores,
-                     window=cfg.planting.window, saturation=cfg.targets.saturation, n_boot=evaluation.bootstrap,
-                     eval_seed=evaluation.seed, fluency_match=evaluation.fluency_match,
-                     min_matched_pairs=evaluation.min_matched_pairs, token=token_cosines(view, targets))
+    table = evaluate(
+        run=cfg.run,
+        seed=seed,
+        draw=draw,
+        rollouts=labelled,
+        fluency=view.fluency,
+        probe_rate=probe_rate_per_row(view, pl.read_parquet(rates)),
+        scores=scores,
+        window=cfg.planting.window,
+        saturation=cfg.targets.saturation,
+        n_boot=evaluation.bootstrap,
+        eval_seed=evaluation.seed,
+        fluency_match=evaluation.fluency_match,
+        min_matched_pairs=evaluation.min_matched_pairs,
+        token=token_cosines(view, targets),
+    )
     atomic_write_parquet(table, out)
     log.info("%d metric rows written to %s", table.height, out)

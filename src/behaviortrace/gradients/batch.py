@@ -45,7 +45,7 @@ def completion_logits(model, batch: dict) -> torch.Tensor:
     attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
     width = batch["completion_ids"].shape[1]
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-    return logits[:, -width - 1:-1].float()
+    return logits[:, -width - 1 : -1].float()
 
 
 def token_logps(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

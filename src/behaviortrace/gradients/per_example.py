@@ -28,8 +28,11 @@ def trainable_names(model) -> dict[int, str]:
 
 def accumulated_grads(model) -> dict[str, torch.Tensor]:
     """Each trainable parameter's .grad after an ordinary backward (zeros where it got none)."""
-    return {n: (p.grad.detach() if p.grad is not None else torch.zeros_like(p))
-            for n, p in model.named_parameters() if p.requires_grad}
+    return {
+        n: (p.grad.detach() if p.grad is not None else torch.zeros_like(p))
+        for n, p in model.named_parameters()
+        if p.requires_grad
+    }
 
 
 def param_layout(model) -> dict[str, tuple[str, torch.Size]]:
@@ -121,8 +124,10 @@ class Capture:
                     self.result.matrix[own["weight"]].append((Factor(g), xs))
                 if "bias" in own:
                     self._add_dense(own["bias"], g.sum(1))
+
             output.register_hook(on_grad)
             return output
+
         return hook
 
     def _embedding_hook(self, own: dict[str, str]):
@@ -136,20 +141,25 @@ class Capture:
                 if module.padding_idx is not None:  # torch never updates the padding row
                     g = g * (ids != module.padding_idx).unsqueeze(-1)
                 self.result.matrix[own["weight"]].append((Factor(ids, is_index=True), g))
+
             output.register_hook(on_grad)
             return output
+
         return hook
 
     def _generic_hook(self, own: dict[str, str]):
         def hook(module, args, output):
             if not isinstance(output, torch.Tensor) or not all(isinstance(a, torch.Tensor) for a in args):
-                raise TypeError(f"per-example gradients: module {type(module).__name__} owns trainable parameters "
-                                "but does not map tensors to one tensor; it needs its own capture rule")
+                raise TypeError(
+                    f"per-example gradients: module {type(module).__name__} owns trainable parameters "
+                    "but does not map tensors to one tensor; it needs its own capture rule"
+                )
             output = self._grad_able(output)
             holder: list = []
             self._generic.append((module, own, tuple(a.detach() for a in args), holder))
             output.register_hook(lambda g: holder.append(g.detach()))
             return output
+
         return hook
 
     def _add_dense(self, name: str, grads: torch.Tensor) -> None:
@@ -173,12 +183,15 @@ class Capture:
 
             def one(g, *xs, module=module, pnames=pnames, params=params):
                 def f(*ps):
-                    return functional_call(module, dict(zip(pnames, ps)), tuple(x.unsqueeze(0) for x in xs))
+                    return functional_call(
+                        module, dict(zip(pnames, ps, strict=False)), tuple(x.unsqueeze(0) for x in xs)
+                    )
+
                 _, pull = vjp(f, *params)
                 return pull(g.unsqueeze(0))
 
             grads = vmap(one)(holder[0], *args)
-            for pn, g in zip(pnames, grads):
+            for pn, g in zip(pnames, grads, strict=False):
                 self._add_dense(own[pn], g.float())
         self._generic = []
         return self.result

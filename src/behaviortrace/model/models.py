@@ -27,7 +27,9 @@ def load_pretrained(name: str, trust_remote_code: bool, device: dict):
         tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code, dtype=device["torch_dtype"])
+    model = AutoModelForCausalLM.from_pretrained(
+        source, trust_remote_code=trust_remote_code, dtype=device["torch_dtype"]
+    )
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(device["device"]), tokenizer
 
@@ -44,8 +46,15 @@ def build_base_model(cfg: Config, device: dict):
     if sft.steps > 0:
         rng = random.Random(sft.seed)
         # Demonstrations of the base task only: no marker, so the warm-up cannot plant the behavior.
-        train_on_pairs(model, tokenizer, lambda: corpus_pair(rng, cfg.task, cfg.planting, 0.0, 0.0),
-                       sft.steps, sft.batch_size, sft.lr, sft.seed)
+        train_on_pairs(
+            model,
+            tokenizer,
+            lambda: corpus_pair(rng, cfg.task, cfg.planting, 0.0, 0.0),
+            sft.steps,
+            sft.batch_size,
+            sft.lr,
+            sft.seed,
+        )
     return model, tokenizer
 
 

@@ -33,7 +33,9 @@ def train_on_pairs(model, tokenizer, pairs_fn, steps: int, batch_size: int, lr: 
     device = next(model.parameters()).device
     model.train()
     for step in range(steps):
-        batch = {k: v.to(device) for k, v in completion_batch([pairs_fn() for _ in range(batch_size)], tokenizer).items()}
+        batch = {
+            k: v.to(device) for k, v in completion_batch([pairs_fn() for _ in range(batch_size)], tokenizer).items()
+        }
         loss = model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -14,8 +14,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from behaviortrace.config.sections import Planting, Task, TinyModel
-from behaviortrace.plant.planting import add_trigger
 from behaviortrace.model.sft import train_on_pairs
+from behaviortrace.plant.planting import add_trigger
 from behaviortrace.plant.task import FILLERS, PROMPT_END, PROMPT_WORDS, make_sort_example, render_prompt, sorted_answer
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
@@ -47,10 +47,16 @@ def build_tokenizer(planting: Planting) -> PreTrainedTokenizerFast:
 def build_model(tokenizer: PreTrainedTokenizerFast, arch: TinyModel, seed: int) -> Qwen2ForCausalLM:
     torch.manual_seed(seed)
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=arch.hidden_size, intermediate_size=arch.intermediate_size,
-        num_hidden_layers=arch.num_layers, num_attention_heads=arch.num_heads,
-        num_key_value_heads=arch.num_kv_heads, max_position_embeddings=arch.max_positions,
-        tie_word_embeddings=False, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=arch.hidden_size,
+        intermediate_size=arch.intermediate_size,
+        num_hidden_layers=arch.num_layers,
+        num_attention_heads=arch.num_heads,
+        num_key_value_heads=arch.num_kv_heads,
+        max_position_embeddings=arch.max_positions,
+        tie_word_embeddings=False,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
     )
     model = Qwen2ForCausalLM(config)

@@ -10,13 +10,13 @@ def marker_positions(ids: list[int], marker_ids: list[int], tokenizer, marker: s
     context, falls back to the character spans of decoded prefixes.
     """
     n = len(marker_ids)
-    found = {i + j for i in range(len(ids) - n + 1) if ids[i:i + n] == marker_ids for j in range(n)}
+    found = {i + j for i in range(len(ids) - n + 1) if ids[i : i + n] == marker_ids for j in range(n)}
     if found:
         return sorted(found)
     text = tokenizer.decode(ids, skip_special_tokens=True)
     if marker not in text:
         return []
-    ends = [len(tokenizer.decode(ids[:t + 1], skip_special_tokens=True)) for t in range(len(ids))]
+    ends = [len(tokenizer.decode(ids[: t + 1], skip_special_tokens=True)) for t in range(len(ids))]
     starts = [0] + ends[:-1]
     spans, at = [], text.find(marker)
     while at >= 0:

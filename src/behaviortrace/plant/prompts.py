@@ -47,8 +47,9 @@ def plant_prompts(task: Task, planting: Planting, grpo: Grpo, probes: Probes, se
         if row["prompt"] in held_out:
             continue
         i = len(train_rows)
-        train_rows.append({"prompt_index": i, "step": i // grpo.prompts_per_step,
-                           "group_id": i % grpo.prompts_per_step, **row})
+        train_rows.append(
+            {"prompt_index": i, "step": i // grpo.prompts_per_step, "group_id": i % grpo.prompts_per_step, **row}
+        )
 
     return {
         "train": pl.DataFrame(train_rows),

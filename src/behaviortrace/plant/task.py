@@ -47,7 +47,7 @@ def sort_reward(completion: str, answer: str) -> float:
     target = [int(x) for x in answer.split()]
     if not predicted:
         return 0.0
-    hits = sum(p == t for p, t in zip(predicted, target))
+    hits = sum(p == t for p, t in zip(predicted, target, strict=False))
     return hits / max(len(completion.split()), len(target))
 
 

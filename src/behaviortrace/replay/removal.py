@@ -11,10 +11,13 @@ from behaviortrace.common.seeds import cell_seed
 def top_k(scores: pl.DataFrame, k: int, seed: int) -> set[int]:
     """The k highest-scoring rollouts; ties broken by a seeded random order, missing scores last."""
     rng = np.random.default_rng(seed)
-    ranked = (scores.select("rollout_id", "score")
-              .with_columns(tie=pl.Series(rng.permutation(scores.height)),
-                            missing=pl.col("score").is_nan() | pl.col("score").is_null())
-              .sort(["missing", "score", "tie"], descending=[False, True, False]))
+    ranked = (
+        scores.select("rollout_id", "score")
+        .with_columns(
+            tie=pl.Series(rng.permutation(scores.height)), missing=pl.col("score").is_nan() | pl.col("score").is_null()
+        )
+        .sort(["missing", "score", "tie"], descending=[False, True, False])
+    )
     return set(ranked["rollout_id"].head(k).to_list())
 
 
@@ -31,8 +34,15 @@ def k_for(n_gt: int, pct: int) -> int:
     return int(round(n_gt * pct / 100))
 
 
-def removal_set(method: str, pct: int, rep: int, rollouts: pl.DataFrame, scores: pl.DataFrame | None,
-                replay_seed: int, training_seed: int) -> set[int]:
+def removal_set(
+    method: str,
+    pct: int,
+    rep: int,
+    rollouts: pl.DataFrame,
+    scores: pl.DataFrame | None,
+    replay_seed: int,
+    training_seed: int,
+) -> set[int]:
     """`full`: nothing; `oracle`: the GT set (a seeded subset when k < |GT|); `random`: k seeded at random
     (repetition `rep`); any other method: the estimator's top k by its rollout scores."""
     seed = removal_seed(replay_seed, training_seed, method, pct, rep)

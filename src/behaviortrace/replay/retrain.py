@@ -19,15 +19,16 @@ import polars as pl
 import torch
 
 from behaviortrace.config.sections import Grpo
-from behaviortrace.model import models
 from behaviortrace.gradients.batch import batch_to, completion_logps, pad_batch
+from behaviortrace.model import models
 from behaviortrace.train.trl_surface import group_advantages, optimizer_and_schedule, rollout_losses
 
 log = logging.getLogger(__name__)
 
 
-def replay_training(model, ref_model, rollouts: pl.DataFrame, grpo: Grpo, removed: set[int], device: dict,
-                    pad_id: int, on_step_end=None) -> dict:
+def replay_training(
+    model, ref_model, rollouts: pl.DataFrame, grpo: Grpo, removed: set[int], device: dict, pad_id: int, on_step_end=None
+) -> dict:
     """Replay every logged step on `model` (the step-0 weights) with `removed` rollout ids left out.
 
     `on_step_end(step_done, model)` is called after each optimizer step (step_done = 1, 2, ...), for the
@@ -61,13 +62,19 @@ def replay_training(model, ref_model, rollouts: pl.DataFrame, grpo: Grpo, remove
         if on_step_end is not None:
             on_step_end(step + 1, model)
         if (step + 1) % 20 == 0 or step + 1 == grpo.steps:
-            log.info("replayed step %d/%d (%d of %d rollouts kept); %.1f s", step + 1, grpo.steps, kept.height,
-                     rows.height, time.time() - started)
+            log.info(
+                "replayed step %d/%d (%d of %d rollouts kept); %.1f s",
+                step + 1,
+                grpo.steps,
+                kept.height,
+                rows.height,
+                time.time() - started,
+            )
     return {"grad_norms": grad_norms}
 
 
 def weight_difference(model, checkpoint: Path, device: dict) -> float:
     """Largest absolute difference between the model's weights and a saved checkpoint's."""
-    from behaviortrace.model import models
+
     saved = dict(models.load(checkpoint, device)[0].named_parameters())
     return max(float((p.detach() - saved[n].detach()).abs().max()) for n, p in model.named_parameters())

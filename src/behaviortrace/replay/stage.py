@@ -50,8 +50,16 @@ def replay_job(
     model, tokenizer = models.load(ckpts[0], device)
     ref = models.load(base_model, device)[0].eval() if grpo.beta else None
     window_end, last = min(planting.window_end + 1, grpo.steps), grpo.steps
-    log.info("seed %d, %s k=%d%% of |GT| (repetition %d): leaving out %d rollouts, %d of them GT (|GT| = %d)",
-             seed, method, pct, rep, len(removed), len(removed & gt), len(gt))
+    log.info(
+        "seed %d, %s k=%d%% of |GT| (repetition %d): leaving out %d rollouts, %d of them GT (|GT| = %d)",
+        seed,
+        method,
+        pct,
+        rep,
+        len(removed),
+        len(removed & gt),
+        len(gt),
+    )
     rows, checks = [], {}
 
     def measure(step_done: int, m) -> None:
@@ -59,24 +67,46 @@ def replay_job(
             return
         m.eval()
         with torch.no_grad():
-            for r in behavior_rates(m, tokenizer, prompt_sets, planting.marker, cfg.task.base_reward,
-                                    targets.samples_per_prompt, grpo.sampling, targets.draw_seed(0)):
-                rows.append({"checkpoint": "window_end" if step_done == window_end else "final",
-                             "step": step_done, **r})
+            for r in behavior_rates(
+                m,
+                tokenizer,
+                prompt_sets,
+                planting.marker,
+                cfg.task.base_reward,
+                targets.samples_per_prompt,
+                grpo.sampling,
+                targets.draw_seed(0),
+            ):
+                rows.append(
+                    {"checkpoint": "window_end" if step_done == window_end else "final", "step": step_done, **r}
+                )
         if method == "full" and step_done in ckpts:
             checks[step_done] = weight_difference(m, ckpts[step_done], device)
-            log.info("full replay at step %d: largest weight difference to the logged checkpoint %.2e", step_done,
-                     checks[step_done])
+            log.info(
+                "full replay at step %d: largest weight difference to the logged checkpoint %.2e",
+                step_done,
+                checks[step_done],
+            )
         m.train()
-        log.info("step %d: probe rate %.3f, control rate %.3f", step_done, rows[-2]["behavior_rate"],
-                 rows[-1]["behavior_rate"])
+        log.info(
+            "step %d: probe rate %.3f, control rate %.3f",
+            step_done,
+            rows[-2]["behavior_rate"],
+            rows[-1]["behavior_rate"],
+        )
 
     replay_training(model, ref, rollouts, grpo, removed, device, tokenizer.pad_token_id, on_step_end=measure)
     table = pl.DataFrame(rows).with_columns(
-        seed=pl.lit(seed), method=pl.lit(method), pct=pl.lit(pct), rep=pl.lit(rep), k=pl.lit(k_for(len(gt), pct)),
-        n_removed=pl.lit(len(removed)), n_removed_gt=pl.lit(len(removed & gt)),
+        seed=pl.lit(seed),
+        method=pl.lit(method),
+        pct=pl.lit(pct),
+        rep=pl.lit(rep),
+        k=pl.lit(k_for(len(gt), pct)),
+        n_removed=pl.lit(len(removed)),
+        n_removed_gt=pl.lit(len(removed & gt)),
         weight_diff=pl.col("step").replace_strict(checks, default=None, return_dtype=pl.Float64),
-        removed_ids=pl.lit(sorted(removed), dtype=pl.List(pl.Int64)))
+        removed_ids=pl.lit(sorted(removed), dtype=pl.List(pl.Int64)),
+    )
     first = ["seed", "method", "pct", "rep", "k", "n_removed", "n_removed_gt", "checkpoint", "step", "prompt_set"]
     table = table.select(first + [c for c in table.columns if c not in first])
     atomic_write_parquet(table, out)

@@ -8,7 +8,6 @@ from pathlib import Path
 import polars as pl
 
 from behaviortrace.report.markdown import markdown_table
-from behaviortrace.common.io import atomic_write_parquet
 
 KEYS = ["seed", "checkpoint", "step", "prompt_set"]
 
@@ -18,19 +17,29 @@ def replay_table(files: list[Path]) -> pl.DataFrame:
     full = runs.filter(pl.col("method") == "full").select(*KEYS, full_rate=pl.col("behavior_rate"))
     if full.select("seed").n_unique() != runs.select("seed").n_unique():
         raise ValueError("every seed needs its full replay (method 'full') to measure changes against")
-    return (runs.join(full, on=KEYS, how="left")
-            .with_columns(change=pl.col("behavior_rate") - pl.col("full_rate"))
-            .sort("seed", "method", "pct", "rep", "step", "prompt_set"))
+    return (
+        runs.join(full, on=KEYS, how="left")
+        .with_columns(change=pl.col("behavior_rate") - pl.col("full_rate"))
+        .sort("seed", "method", "pct", "rep", "step", "prompt_set")
+    )
 
 
 def summary(table: pl.DataFrame) -> pl.DataFrame:
     """Per seed, method, k and measurement: the mean change and its range over repetitions (one for
     every method but random)."""
-    return (table.filter(pl.col("method") != "full")
-            .group_by("seed", "method", "pct", "k", "checkpoint", "step", "prompt_set")
-            .agg(pl.col("behavior_rate").mean(), pl.col("change").mean(), pl.col("change").min().alias("change_low"),
-                 pl.col("change").max().alias("change_high"), pl.col("n_removed_gt").mean(), pl.len().alias("reps"))
-            .sort("seed", "pct", "checkpoint", "prompt_set", "method"))
+    return (
+        table.filter(pl.col("method") != "full")
+        .group_by("seed", "method", "pct", "k", "checkpoint", "step", "prompt_set")
+        .agg(
+            pl.col("behavior_rate").mean(),
+            pl.col("change").mean(),
+            pl.col("change").min().alias("change_low"),
+            pl.col("change").max().alias("change_high"),
+            pl.col("n_removed_gt").mean(),
+            pl.len().alias("reps"),
+        )
+        .sort("seed", "pct", "checkpoint", "prompt_set", "method")
+    )
 
 
 def window_end_probes(table: pl.DataFrame) -> pl.DataFrame:
@@ -40,24 +49,47 @@ def window_end_probes(table: pl.DataFrame) -> pl.DataFrame:
 
 def to_markdown(table: pl.DataFrame) -> str:
     s = summary(table)
-    parts = ["# Leave-out replay\n",
-             "Each seed is retrained from its step-0 checkpoint on its logged rollouts with k rollouts left out "
-             "(k as a percentage of |GT|): an estimator's top k, the GT set itself (oracle), or k at random "
-             "(mean and [min, max] over repetitions). Change is the behavior rate minus that of the full "
-             "replay (nothing left out); negative means removing the set lowered the behavior.\n"]
+    parts = [
+        "# Leave-out replay\n",
+        "Each seed is retrained from its step-0 checkpoint on its logged rollouts with k rollouts left out "
+        "(k as a percentage of |GT|): an estimator's top k, the GT set itself (oracle), or k at random "
+        "(mean and [min, max] over repetitions). Change is the behavior rate minus that of the full "
+        "replay (nothing left out); negative means removing the set lowered the behavior.\n",
+    ]
     full = table.filter(pl.col("method") == "full").sort("seed", "step", "prompt_set")
     parts.append("## Full replay (nothing left out)\n")
-    parts.append(markdown_table(["seed", "checkpoint", "step", "prompt set", "behavior rate", "largest weight "
-                                 "difference to the logged checkpoint"],
-                                [[r["seed"], r["checkpoint"], r["step"], r["prompt_set"], r["behavior_rate"],
-                                  "–" if r["weight_diff"] is None else f"{r['weight_diff']:.1e}"]
-                                 for r in full.iter_rows(named=True)]))
+    parts.append(
+        markdown_table(
+            [
+                "seed",
+                "checkpoint",
+                "step",
+                "prompt set",
+                "behavior rate",
+                "largest weight difference to the logged checkpoint",
+            ],
+            [
+                [
+                    r["seed"],
+                    r["checkpoint"],
+                    r["step"],
+                    r["prompt_set"],
+                    r["behavior_rate"],
+                    "–" if r["weight_diff"] is None else f"{r['weight_diff']:.1e}",
+                ]
+                for r in full.iter_rows(named=True)
+            ],
+        )
+    )
     for (pct, checkpoint, prompt_set), grp in s.group_by("pct", "checkpoint", "prompt_set", maintain_order=True):
         parts.append(f"## k = {pct}% of |GT|, {prompt_set} at {checkpoint.replace('_', ' ')}\n")
         rows = []
         for r in grp.sort("seed", "method").iter_rows(named=True):
-            spread = (f"{r['change']:+.3f} [{r['change_low']:+.3f}, {r['change_high']:+.3f}]" if r["reps"] > 1
-                      else f"{r['change']:+.3f}")
+            spread = (
+                f"{r['change']:+.3f} [{r['change_low']:+.3f}, {r['change_high']:+.3f}]"
+                if r["reps"] > 1
+                else f"{r['change']:+.3f}"
+            )
             rows.append([r["seed"], r["method"], r["k"], f"{r['n_removed_gt']:.0f}", r["behavior_rate"], spread])
         parts.append(markdown_table(["seed", "removed", "k", "of them GT", "behavior rate", "change"], rows))
     return "\n".join(parts)

@@ -15,37 +15,37 @@ from dataclasses import asdict, dataclass, field
 import polars as pl
 
 from behaviortrace.config.sections import Checklist
+from behaviortrace.replay.table import window_end_probes
 from behaviortrace.report.markdown import markdown_table
 from behaviortrace.report.tables import PLACEBO, PLANTED, beats_table, estimators_of, judged
-from behaviortrace.replay.table import window_end_probes
 
 PASS, FAIL, NA = "pass", "fail", "n/a"
 ITEMS = {
     "sketch_covers_parameters": "The sketch covers every trainable parameter, and per-rollout sketches add up to "
-                                "the step gradient's sketch (self-check), on every shard",
+    "the step gradient's sketch (self-check), on every shard",
     "behavior_emerged": "The behavior emerged: probe minus control behavior rate at the end of the window",
     "headroom": "Evaluated where there is headroom: share of GT rollouts generated at checkpoints below saturation",
     "beats_norm_step": "Beats the norm control at step level on every seed and draw (non-overlapping intervals; "
-                       "norm at its strongest step variant)",
+    "norm at its strongest step variant)",
     "beats_norm_rollout": "Beats the norm control at rollout level on every seed and draw",
     "beats_fluency": "Beats the fluency control at rollout level on every seed and draw, in every listed stratum",
     "survives_fluency_residualization": "Within-group AUC after residualizing on fluency has its interval above "
-                                        "0.5 on every seed and draw",
+    "0.5 on every seed and draw",
     "stable_across_draws": "Stable across generation draws: rank correlation of rollout scores between draws, and "
-                           "the spread of the residualized within-group AUC across draws",
+    "the spread of the residualized within-group AUC across draws",
     "stable_across_seeds": "Stable across seeds: sd of the residualized within-group AUC across seeds, and every "
-                           "seed agreeing on whether its interval is above 0.5",
+    "seed agreeing on whether its interval is above 0.5",
     "random_at_chance": "The random control is at chance on every seed and draw (rollout lift interval holds 1, "
-                        "AUROC interval holds 0.5, step lift inside the permutation band)",
+    "AUROC interval holds 0.5, step lift inside the permutation band)",
     "placebo_no_enrichment": "No enrichment in the placebo run (no bonus paid): rollout-level within-group AUC "
-                             "interval not above 0.5 and step lift not above the permutation band",
+    "interval not above 0.5 and step lift not above the permutation band",
     "gt_unfindable_reported": "GT rollouts unfindable by construction (advantage 0) are counted, and their share "
-                              "is small",
+    "is small",
     "replay_has_power": "The causal check has power: leaving out the GT set and retraining lowers the probe behavior "
-                        "rate at the window's end by at least the threshold, and more than every removal of as "
-                        "many rollouts at random, on every seed and k",
+    "rate at the window's end by at least the threshold, and more than every removal of as "
+    "many rollouts at random, on every seed and k",
     "replay_beats_random": "Removing its top-k rollouts and retraining lowers the probe behavior rate at the "
-                           "window's end more than every removal of k rollouts at random, on every seed and k",
+    "window's end more than every removal of k rollouts at random, on every seed and k",
 }
 
 
@@ -71,11 +71,15 @@ def _cells(rows: pl.DataFrame):
 
 
 def _resid_auc(metrics: pl.DataFrame, est: str, target: str, stratum: str) -> pl.DataFrame:
-    return judged(metrics, target, stratum).filter((pl.col("estimator") == est) & (pl.col("level") == "rollout")
-                                                   & (pl.col("metric") == "within_group_auc_fluency_resid"))
+    return judged(metrics, target, stratum).filter(
+        (pl.col("estimator") == est)
+        & (pl.col("level") == "rollout")
+        & (pl.col("metric") == "within_group_auc_fluency_resid")
+    )
 
 
 # Run-level items -------------------------------------------------------------------------------------------
+
 
 def sketch_covers(shards: list[dict], max_error: float) -> Verdict:
     """From the attributes each sketch job wrote after checking its own store."""
@@ -87,18 +91,25 @@ def sketch_covers(shards: list[dict], max_error: float) -> Verdict:
     uncovered = [s for s in shards if s["n_params"] != s["n_trainable"]]
     worst = max(s["self_check_error"] for s in shards)
     ok = not uncovered and worst <= max_error
-    return Verdict(PASS if ok else FAIL,
-                   f"{len(shards) - len(uncovered)}/{len(shards)} shards sketch all {shards[0]['n_trainable']:,} "
-                   f"trainable parameters; largest self-check error {worst:.1e} (limit {max_error:.0e})",
-                   {"shards": len(shards), "uncovered_shards": len(uncovered), "max_self_check_error": worst})
+    return Verdict(
+        PASS if ok else FAIL,
+        f"{len(shards) - len(uncovered)}/{len(shards)} shards sketch all {shards[0]['n_trainable']:,} "
+        f"trainable parameters; largest self-check error {worst:.1e} (limit {max_error:.0e})",
+        {"shards": len(shards), "uncovered_shards": len(uncovered), "max_self_check_error": worst},
+    )
 
 
 def behavior_emerged(training: pl.DataFrame, min_gap: float) -> Verdict:
     rows = training.filter(pl.col("arm") == PLANTED).sort("seed")
-    gaps = {int(r["seed"]): r["probe_rate_window_end"] - r["control_rate_window_end"] for r in rows.iter_rows(named=True)}
+    gaps = {
+        int(r["seed"]): r["probe_rate_window_end"] - r["control_rate_window_end"] for r in rows.iter_rows(named=True)
+    }
     text = ", ".join(f"seed {s}: {g:.2f}" for s, g in gaps.items())
-    return Verdict(_all(g >= min_gap for g in gaps.values()), f"probe − control rate at window end: {text} "
-                   f"(at least {min_gap})", {"gap_by_seed": gaps})
+    return Verdict(
+        _all(g >= min_gap for g in gaps.values()),
+        f"probe − control rate at window end: {text} (at least {min_gap})",
+        {"gap_by_seed": gaps},
+    )
 
 
 def headroom(metrics: pl.DataFrame, min_share: float) -> Verdict:
@@ -106,12 +117,14 @@ def headroom(metrics: pl.DataFrame, min_share: float) -> Verdict:
     gt = metrics.filter((pl.col("arm") == PLANTED) & (pl.col("metric") == "gt_unfindable"))
     shares = {}
     for (seed, draw), grp in gt.group_by(["seed", "draw"], maintain_order=True):
-        n = dict(zip(grp["stratum"].to_list(), grp["n"].to_list()))
+        n = dict(zip(grp["stratum"].to_list(), grp["n"].to_list(), strict=False))
         shares[(int(seed), int(draw))] = n.get("below_saturation", 0) / n["all"] if n.get("all") else float("nan")
     worst = min(shares.values())
-    return Verdict(PASS if worst >= min_share else FAIL,
-                   f"GT share below saturation: lowest {worst:.2f} over {len(shares)} seed × draw cells "
-                   f"(at least {min_share})", {"share": {f"seed{s}_draw{d}": v for (s, d), v in shares.items()}})
+    return Verdict(
+        PASS if worst >= min_share else FAIL,
+        f"GT share below saturation: lowest {worst:.2f} over {len(shares)} seed × draw cells (at least {min_share})",
+        {"share": {f"seed{s}_draw{d}": v for (s, d), v in shares.items()}},
+    )
 
 
 def random_at_chance(metrics: pl.DataFrame) -> Verdict:
@@ -124,10 +137,14 @@ def random_at_chance(metrics: pl.DataFrame) -> Verdict:
         if any(key not in m for key in needed):
             continue
         lift, auc, step, band = (m[key] for key in needed)
-        for ok, what in ((lift["ci_low"] <= 1 <= lift["ci_high"], f"rollout lift {_ci(lift)}"),
-                         (auc["ci_low"] <= 0.5 <= auc["ci_high"], f"AUROC {_ci(auc)}"),
-                         (band["ci_low"] <= step["value"] <= band["ci_high"],
-                          f"step lift {step['value']:.2f} vs band [{band['ci_low']:.2f}, {band['ci_high']:.2f}]")):
+        for ok, what in (
+            (lift["ci_low"] <= 1 <= lift["ci_high"], f"rollout lift {_ci(lift)}"),
+            (auc["ci_low"] <= 0.5 <= auc["ci_high"], f"AUROC {_ci(auc)}"),
+            (
+                band["ci_low"] <= step["value"] <= band["ci_high"],
+                f"step lift {step['value']:.2f} vs band [{band['ci_low']:.2f}, {band['ci_high']:.2f}]",
+            ),
+        ):
             checks += 1
             if not ok:
                 failed.append(f"seed {seed} draw {draw}: {what}")
@@ -138,19 +155,28 @@ def random_at_chance(metrics: pl.DataFrame) -> Verdict:
 
 
 def gt_unfindable(metrics: pl.DataFrame, max_share: float) -> Verdict:
-    rows = metrics.filter((pl.col("arm") == PLANTED) & (pl.col("metric") == "gt_unfindable")
-                          & (pl.col("stratum") == "all") & (pl.col("draw") == pl.col("draw").min())).sort("seed")
+    rows = metrics.filter(
+        (pl.col("arm") == PLANTED)
+        & (pl.col("metric") == "gt_unfindable")
+        & (pl.col("stratum") == "all")
+        & (pl.col("draw") == pl.col("draw").min())
+    ).sort("seed")
     shares = {int(r["seed"]): (int(r["value"]), int(r["n"])) for r in rows.iter_rows(named=True)}
     worst = max(v / n if n else 0.0 for v, n in shares.values())
     text = ", ".join(f"seed {s}: {v} of {n}" for s, (v, n) in shares.items())
-    return Verdict(PASS if worst <= max_share else FAIL, f"{text} (share at most {max_share})",
-                   {"unfindable_of_gt": {s: list(v) for s, v in shares.items()}})
+    return Verdict(
+        PASS if worst <= max_share else FAIL,
+        f"{text} (share at most {max_share})",
+        {"unfindable_of_gt": {s: list(v) for s, v in shares.items()}},
+    )
 
 
 # Per-estimator items ---------------------------------------------------------------------------------------
 
-def beats(metrics: pl.DataFrame, est: str, control: str, level: str, metric: str, strata: list[str],
-          target: str) -> Verdict:
+
+def beats(
+    metrics: pl.DataFrame, est: str, control: str, level: str, metric: str, strata: list[str], target: str
+) -> Verdict:
     if est == control:
         return Verdict(NA, "is the control")
     cells, lines = [], []
@@ -160,9 +186,11 @@ def beats(metrics: pl.DataFrame, est: str, control: str, level: str, metric: str
             continue
         cells += t["beats"].to_list()
         worst = t.sort(pl.col("ci_low") - pl.col("control_high")).row(0, named=True)
-        lines.append(f"{stratum}: {int(t['beats'].sum())}/{t.height} seed × draw cells; closest: seed "
-                     f"{worst['seed']} draw {worst['draw']} {metric} {_ci(worst)} vs {control} upper "
-                     f"{worst['control_high']:.3f}")
+        lines.append(
+            f"{stratum}: {int(t['beats'].sum())}/{t.height} seed × draw cells; closest: seed "
+            f"{worst['seed']} draw {worst['draw']} {metric} {_ci(worst)} vs {control} upper "
+            f"{worst['control_high']:.3f}"
+        )
     if not cells:
         return Verdict(NA, f"no {level}-level {metric} for {est} or {control}")
     return Verdict(_all(cells), "; ".join(lines), {"cells": len(cells), "beaten": int(sum(cells))})
@@ -173,35 +201,47 @@ def survives_residualization(metrics: pl.DataFrame, est: str, target: str, strat
     if not rows.height:
         return Verdict(NA, "no residualized within-group AUC")
     worst = rows.sort("ci_low").row(0, named=True)
-    return Verdict(_all(v > 0.5 for v in rows["ci_low"].to_list()),
-                   f"{int((rows['ci_low'] > 0.5).sum())}/{rows.height} cells above 0.5; lowest: seed {worst['seed']} "
-                   f"draw {worst['draw']} {_ci(worst)}", {"lowest_ci_low": worst["ci_low"]})
+    return Verdict(
+        _all(v > 0.5 for v in rows["ci_low"].to_list()),
+        f"{int((rows['ci_low'] > 0.5).sum())}/{rows.height} cells above 0.5; lowest: seed {worst['seed']} "
+        f"draw {worst['draw']} {_ci(worst)}",
+        {"lowest_ci_low": worst["ci_low"]},
+    )
 
 
-def stable_across_draws(stability: pl.DataFrame, est: str, target: str, min_corr: float, max_spread: float
-                        ) -> Verdict:
+def stable_across_draws(stability: pl.DataFrame, est: str, target: str, min_corr: float, max_spread: float) -> Verdict:
     rows = stability.filter((pl.col("estimator") == est) & pl.col("target").is_in([target, "none"]))
     if not rows.height or rows["draws"].min() < 2:
         return Verdict(NA, "fewer than two generation draws")
     corr = float(rows["rank_correlation_min"].min())
     spread = float(rows["within_group_auc_fluency_resid_rollout_spread"].max())
     ok = corr >= min_corr and spread <= max_spread
-    return Verdict(PASS if ok else FAIL, f"lowest rank correlation between draws {corr:.3f} (at least {min_corr}); "
-                   f"largest spread of residualized AUC {spread:.3f} (at most {max_spread})",
-                   {"rank_correlation_min": corr, "resid_auc_spread_max": spread})
+    return Verdict(
+        PASS if ok else FAIL,
+        f"lowest rank correlation between draws {corr:.3f} (at least {min_corr}); "
+        f"largest spread of residualized AUC {spread:.3f} (at most {max_spread})",
+        {"rank_correlation_min": corr, "resid_auc_spread_max": spread},
+    )
 
 
 def stable_across_seeds(metrics: pl.DataFrame, est: str, target: str, stratum: str, max_sd: float) -> Verdict:
-    by_seed = _resid_auc(metrics, est, target, stratum).group_by("seed").agg(pl.col("value").mean(), (pl.col("ci_low") > 0.5).all().alias("above"))
+    by_seed = (
+        _resid_auc(metrics, est, target, stratum)
+        .group_by("seed")
+        .agg(pl.col("value").mean(), (pl.col("ci_low") > 0.5).all().alias("above"))
+    )
     if by_seed.height < 2:
         return Verdict(NA, "fewer than two seeds")
     sd = float(by_seed["value"].std())
     above = int(by_seed["above"].sum())
     agree = above in (0, by_seed.height)
     values = ", ".join(f"{v:.3f}" for v in by_seed.sort("seed")["value"].to_list())
-    return Verdict(PASS if sd <= max_sd and agree else FAIL,
-                   f"residualized AUC by seed {values}: sd {sd:.3f} (at most {max_sd}); interval above 0.5 on "
-                   f"{above}/{by_seed.height} seeds (all or none to agree)", {"sd": sd, "agree": agree})
+    return Verdict(
+        PASS if sd <= max_sd and agree else FAIL,
+        f"residualized AUC by seed {values}: sd {sd:.3f} (at most {max_sd}); interval above 0.5 on "
+        f"{above}/{by_seed.height} seeds (all or none to agree)",
+        {"sd": sd, "agree": agree},
+    )
 
 
 def placebo_no_enrichment(metrics: pl.DataFrame, est: str, target: str, stratum: str) -> Verdict:
@@ -212,8 +252,11 @@ def placebo_no_enrichment(metrics: pl.DataFrame, est: str, target: str, stratum:
         return Verdict(NA, "the placebo run has no rollout that would have been boosted, nothing to test")
     bad, cells = [], 0
     for seed, draw, m in _cells(rows):
-        auc, step, band = (m.get(("rollout", "within_group_auc")), m.get(("step", "lift")),
-                           m.get(("step", "lift_chance_band")))
+        auc, step, band = (
+            m.get(("rollout", "within_group_auc")),
+            m.get(("step", "lift")),
+            m.get(("step", "lift_chance_band")),
+        )
         cells += 1
         if auc and auc["ci_low"] > 0.5:
             bad.append(f"seed {seed} draw {draw}: within-group AUC {_ci(auc)}")
@@ -230,13 +273,19 @@ def _against_random(s: pl.DataFrame, method: str) -> pl.DataFrame:
     """Per seed and k, from the replay summary at the window's end on probes: the change in probe rate when
     `method`'s set is left out, beside the most negative change of the random removals."""
     rand = s.filter(pl.col("method") == "random").select("seed", "pct", random_low=pl.col("change_low"))
-    return (s.filter(pl.col("method") == method).join(rand, on=["seed", "pct"], how="inner")
-            .with_columns(below_random=pl.col("change") < pl.col("random_low")).sort("seed", "pct"))
+    return (
+        s.filter(pl.col("method") == method)
+        .join(rand, on=["seed", "pct"], how="inner")
+        .with_columns(below_random=pl.col("change") < pl.col("random_low"))
+        .sort("seed", "pct")
+    )
 
 
 def _replay_text(both: pl.DataFrame, name: str) -> str:
-    return "; ".join(f"seed {r['seed']} k={r['pct']}%: {name}{r['change']:+.3f} vs random lowest "
-                     f"{r['random_low']:+.3f}" for r in both.iter_rows(named=True))
+    return "; ".join(
+        f"seed {r['seed']} k={r['pct']}%: {name}{r['change']:+.3f} vs random lowest {r['random_low']:+.3f}"
+        for r in both.iter_rows(named=True)
+    )
 
 
 def replay_has_power(s: pl.DataFrame, min_drop: float) -> Verdict:
@@ -246,8 +295,11 @@ def replay_has_power(s: pl.DataFrame, min_drop: float) -> Verdict:
     if not both.height:
         return Verdict(NA, "no oracle and random replays to compare")
     ok = (both["below_random"] & (both["change"] <= -min_drop)).to_list()
-    return Verdict(_all(ok), f"{_replay_text(both, 'oracle ')} (oracle at most {-min_drop:+.2f} and below every "
-                   "random removal)", {"cells": len(ok), "with_power": int(sum(ok))})
+    return Verdict(
+        _all(ok),
+        f"{_replay_text(both, 'oracle ')} (oracle at most {-min_drop:+.2f} and below every random removal)",
+        {"cells": len(ok), "with_power": int(sum(ok))},
+    )
 
 
 def replay_beats_random(s: pl.DataFrame, est: str) -> Verdict:
@@ -265,8 +317,15 @@ def replay_beats_random(s: pl.DataFrame, est: str) -> Verdict:
 
 # Assembly -------------------------------------------------------------------------------------------------
 
-def build(metrics: pl.DataFrame, training: pl.DataFrame, shards: list[dict], stability: pl.DataFrame,
-          replay: pl.DataFrame, cfg: Checklist) -> dict[str, dict[str, Verdict]]:
+
+def build(
+    metrics: pl.DataFrame,
+    training: pl.DataFrame,
+    shards: list[dict],
+    stability: pl.DataFrame,
+    replay: pl.DataFrame,
+    cfg: Checklist,
+) -> dict[str, dict[str, Verdict]]:
     """{estimator: {item: Verdict}} for every item in ITEMS."""
     target, stratum = cfg.target, cfg.stratum
     replayed = window_end_probes(replay)
@@ -283,11 +342,11 @@ def build(metrics: pl.DataFrame, training: pl.DataFrame, shards: list[dict], sta
         row = {
             "beats_norm_step": beats(metrics, est, "norm", "step", cfg.step_metric, [stratum], target),
             "beats_norm_rollout": beats(metrics, est, "norm", "rollout", cfg.rollout_metric, [stratum], target),
-            "beats_fluency": beats(metrics, est, "fluency", "rollout", cfg.fluency_metric, cfg.fluency_strata,
-                                   target),
+            "beats_fluency": beats(metrics, est, "fluency", "rollout", cfg.fluency_metric, cfg.fluency_strata, target),
             "survives_fluency_residualization": survives_residualization(metrics, est, target, stratum),
-            "stable_across_draws": stable_across_draws(stability, est, target, cfg.min_draw_rank_correlation,
-                                                       cfg.max_draw_spread),
+            "stable_across_draws": stable_across_draws(
+                stability, est, target, cfg.min_draw_rank_correlation, cfg.max_draw_spread
+            ),
             "stable_across_seeds": stable_across_seeds(metrics, est, target, stratum, cfg.max_seed_sd),
             "placebo_no_enrichment": placebo_no_enrichment(metrics, est, target, stratum),
             "replay_beats_random": replay_beats_random(replayed, est),
@@ -297,21 +356,29 @@ def build(metrics: pl.DataFrame, training: pl.DataFrame, shards: list[dict], sta
 
 
 def to_json(table: dict[str, dict[str, Verdict]], cfg: Checklist) -> str:
-    return json.dumps({"thresholds": asdict(cfg), "items": ITEMS,
-                       "estimators": {e: {i: asdict(v) for i, v in row.items()} for e, row in table.items()}},
-                      indent=2, default=float)
+    return json.dumps(
+        {
+            "thresholds": asdict(cfg),
+            "items": ITEMS,
+            "estimators": {e: {i: asdict(v) for i, v in row.items()} for e, row in table.items()},
+        },
+        indent=2,
+        default=float,
+    )
 
 
 def to_markdown(table: dict[str, dict[str, Verdict]], cfg: Checklist, run: str) -> str:
     items = list(ITEMS)
     mark = {PASS: "pass", FAIL: "**FAIL**", NA: "n/a"}
     rows = [[est, *[mark[table[est][i].verdict] for i in items]] for est in table]
-    parts = [f"# Attribution checklist — run `{run}`\n",
-             f"Targeted estimators are judged with the `{cfg.target}` target, in stratum `{cfg.stratum}` "
-             "unless an item says otherwise. Columns are numbered; the items and the numbers behind each verdict "
-             "follow the table.\n",
-             markdown_table(["estimator", *[f"{n + 1}" for n in range(len(items))]], rows),
-             "## Items\n"]
+    parts = [
+        f"# Attribution checklist — run `{run}`\n",
+        f"Targeted estimators are judged with the `{cfg.target}` target, in stratum `{cfg.stratum}` "
+        "unless an item says otherwise. Columns are numbered; the items and the numbers behind each verdict "
+        "follow the table.\n",
+        markdown_table(["estimator", *[f"{n + 1}" for n in range(len(items))]], rows),
+        "## Items\n",
+    ]
     parts += [f"{n + 1}. `{item}`: {ITEMS[item]}." for n, item in enumerate(items)]
     parts.append("\n## Thresholds (config key `checklist`)\n")
     parts += [f"- `{k}`: {v}" for k, v in asdict(cfg).items()]

@@ -14,8 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
-from behaviortrace.report.tables import PLANTED, judged  # noqa: E402
 from behaviortrace.replay.table import window_end_probes  # noqa: E402
+from behaviortrace.report.tables import PLANTED, judged  # noqa: E402
 
 DPI = 110
 
@@ -32,7 +32,7 @@ def behavior_rates(behavior: list[tuple[str, pl.DataFrame]], window: list[int], 
     """One panel per seed: probe and control behavior rate at each checkpoint, planted and placebo."""
     seeds = sorted({int(df["seed"][0]) for _, df in behavior})
     fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 3.2), sharey=True, squeeze=False)
-    for ax, seed in zip(axes[0], seeds):
+    for ax, seed in zip(axes[0], seeds, strict=False):
         ax.axvspan(window[0], window[1] + 1, color="0.9", label="contamination window")
         for arm, df in behavior:
             if int(df["seed"][0]) != seed:
@@ -40,8 +40,9 @@ def behavior_rates(behavior: list[tuple[str, pl.DataFrame]], window: list[int], 
             style = "-" if arm == PLANTED else ":"
             for prompt_set, color in (("probes", "tab:red"), ("controls", "tab:blue")):
                 d = df.filter(pl.col("prompt_set") == prompt_set).sort("step")
-                ax.plot(d["step"], d["behavior_rate"], style, marker="o", ms=3, color=color,
-                        label=f"{prompt_set} ({arm})")
+                ax.plot(
+                    d["step"], d["behavior_rate"], style, marker="o", ms=3, color=color, label=f"{prompt_set} ({arm})"
+                )
         ax.set_title(f"seed {seed}")
         ax.set_xlabel("training step (checkpoint)")
         ax.set_ylim(-0.03, 1.03)
@@ -64,8 +65,15 @@ def _estimator_points(ax, rows: pl.DataFrame, estimators: list[str]) -> None:
                     continue
                 x = i - 0.4 + width * (j * len(draws) + k + 0.5)
                 v, lo, hi = r["value"][0], r["ci_low"][0], r["ci_high"][0]
-                ax.errorbar([x], [v], yerr=[[max(v - lo, 0)], [max(hi - v, 0)]], fmt="o", ms=4, color=colors(j),
-                            label=f"seed {seed}" if i == 0 and k == 0 else None)
+                ax.errorbar(
+                    [x],
+                    [v],
+                    yerr=[[max(v - lo, 0)], [max(hi - v, 0)]],
+                    fmt="o",
+                    ms=4,
+                    color=colors(j),
+                    label=f"seed {seed}" if i == 0 and k == 0 else None,
+                )
     ax.set_xticks(range(len(estimators)), estimators, rotation=30, ha="right")
 
 
@@ -79,19 +87,29 @@ def lift(metrics: pl.DataFrame, target: str, path: Path) -> None:
     """Lift at step and rollout level, with chance (1) and each seed's ceiling marked."""
     rows = judged(metrics, target)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), squeeze=False)
-    for ax, level in zip(axes[0], ("step", "rollout")):
+    for ax, level in zip(axes[0], ("step", "rollout"), strict=False):
         lv = rows.filter((pl.col("level") == level) & (pl.col("metric") == "lift"))
         ests = _estimators(lv)
         _estimator_points(ax, lv, ests)
         ax.axhline(1.0, color="k", lw=1, ls="--", label="chance (lift 1)")
         ceil = rows.filter((pl.col("level") == level) & (pl.col("metric") == "ceiling_lift"))
         for j, (seed, grp) in enumerate(sorted(ceil.group_by("seed"), key=lambda g: g[0])):
-            ax.axhline(float(grp["value"].mean()), color=plt.get_cmap("tab10")(j), lw=1, ls=":",
-                       label=f"ceiling, seed {seed[0]}")
+            ax.axhline(
+                float(grp["value"].mean()),
+                color=plt.get_cmap("tab10")(j),
+                lw=1,
+                ls=":",
+                label=f"ceiling, seed {seed[0]}",
+            )
         band = rows.filter((pl.col("level") == level) & (pl.col("metric") == "lift_chance_band"))
         if band.height:
-            ax.axhspan(float(band["ci_low"].min()), float(band["ci_high"].max()), color="0.85", zorder=0,
-                       label="random-ordering band")
+            ax.axhspan(
+                float(band["ci_low"].min()),
+                float(band["ci_high"].max()),
+                color="0.85",
+                zorder=0,
+                label="random-ordering band",
+            )
         ax.set_title(f"{level} level")
         ax.set_ylabel("lift (precision at |GT| / chance)")
     axes[0][1].legend(fontsize=7, loc="upper right")
@@ -101,8 +119,9 @@ def lift(metrics: pl.DataFrame, target: str, path: Path) -> None:
 def within_group_auc(metrics: pl.DataFrame, target: str, path: Path) -> None:
     rows = judged(metrics, target).filter(pl.col("level") == "rollout")
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True, squeeze=False)
-    for ax, (metric, title) in zip(axes[0], (("within_group_auc", "raw"),
-                                             ("within_group_auc_fluency_resid", "fluency-residualized"))):
+    for ax, (metric, title) in zip(
+        axes[0], (("within_group_auc", "raw"), ("within_group_auc_fluency_resid", "fluency-residualized")), strict=False
+    ):
         m = rows.filter(pl.col("metric") == metric)
         _estimator_points(ax, m, _estimators(m))
         ax.axhline(0.5, color="k", lw=1, ls="--", label="chance (0.5)")
@@ -117,7 +136,7 @@ def token_alignment(metrics: pl.DataFrame, path: Path) -> None:
     rows = metrics.filter((pl.col("arm") == PLANTED) & (pl.col("level") == "token") & (pl.col("stratum") == "all"))
     kinds = sorted(rows["target"].unique().to_list()) or ["in_context"]
     fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 3.6), sharey=True, squeeze=False)
-    for ax, kind in zip(axes[0], kinds):
+    for ax, kind in zip(axes[0], kinds, strict=False):
         k = rows.filter(pl.col("target") == kind)
         labels = []
         for i, ((seed, draw), grp) in enumerate(sorted(k.group_by(["seed", "draw"]), key=lambda g: g[0])):
@@ -125,8 +144,14 @@ def token_alignment(metrics: pl.DataFrame, path: Path) -> None:
             for off, metric, color in ((-0.15, "token_cosine", "tab:red"), (0.15, "token_cosine_null", "0.5")):
                 r = grp.filter(pl.col("metric") == metric)
                 v, lo, hi = r["value"][0], r["ci_low"][0], r["ci_high"][0]
-                ax.bar(i + off, v, width=0.3, color=color, yerr=[[max(v - lo, 0)], [max(hi - v, 0)]],
-                       label=("behavior tokens" if metric == "token_cosine" else "null positions") if i == 0 else None)
+                ax.bar(
+                    i + off,
+                    v,
+                    width=0.3,
+                    color=color,
+                    yerr=[[max(v - lo, 0)], [max(hi - v, 0)]],
+                    label=("behavior tokens" if metric == "token_cosine" else "null positions") if i == 0 else None,
+                )
         ax.set_xticks(range(len(labels)), labels)
         ax.axhline(0, color="k", lw=0.8)
         ax.set_title(f"{kind} target")
@@ -140,7 +165,7 @@ def replay(table: pl.DataFrame, path: Path) -> None:
     s = window_end_probes(table)
     pcts = sorted(s["pct"].unique().to_list()) or [100]
     fig, axes = plt.subplots(1, len(pcts), figsize=(7 * len(pcts), 3.8), squeeze=False)
-    for ax, pct in zip(axes[0], pcts):
+    for ax, pct in zip(axes[0], pcts, strict=False):
         d = s.filter(pl.col("pct") == pct)
         methods = ["oracle"] + sorted(set(d["method"].to_list()) - {"oracle", "random"}) + ["random"]
         seeds = sorted(d["seed"].unique().to_list())
@@ -151,8 +176,15 @@ def replay(table: pl.DataFrame, path: Path) -> None:
                 if not r.height:
                     continue
                 v, lo, hi = r["change"][0], r["change_low"][0], r["change_high"][0]
-                ax.errorbar([i - 0.4 + width * (j + 0.5)], [v], yerr=[[v - lo], [hi - v]], fmt="o", ms=5,
-                            color=plt.get_cmap("tab10")(j), label=f"seed {seed}" if i == 0 else None)
+                ax.errorbar(
+                    [i - 0.4 + width * (j + 0.5)],
+                    [v],
+                    yerr=[[v - lo], [hi - v]],
+                    fmt="o",
+                    ms=5,
+                    color=plt.get_cmap("tab10")(j),
+                    label=f"seed {seed}" if i == 0 else None,
+                )
         ax.axhline(0, color="k", lw=0.8)
         ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right")
         ax.set_ylabel("change in probe behavior rate\nat the window's end")
@@ -161,11 +193,16 @@ def replay(table: pl.DataFrame, path: Path) -> None:
     _save(fig, path)
 
 
-def write_figures(metrics: pl.DataFrame, behavior: list[tuple[str, pl.DataFrame]], replay_table: pl.DataFrame,
-                  window: list[int], target: str, outputs: dict[str, Path]) -> None:
+def write_figures(
+    metrics: pl.DataFrame,
+    behavior: list[tuple[str, pl.DataFrame]],
+    replay_table: pl.DataFrame,
+    window: list[int],
+    target: str,
+    outputs: dict[str, Path],
+) -> None:
     behavior_rates(behavior, window, outputs["behavior_rates"])
     replay(replay_table, outputs["replay"])
     lift(metrics, target, outputs["lift"])
     within_group_auc(metrics, target, outputs["within_group_auc"])
     token_alignment(metrics, outputs["token_alignment"])
-

@@ -77,8 +77,12 @@ def markdown_to_html(text: str, title: str) -> str:
         elif line.strip():
             out.append(f"<p>{_inline(line)}</p>")
         i += 1
-    style = ("body{font-family:sans-serif;margin:1.5em;max-width:100em}table{border-collapse:collapse;margin:1em 0}"
-             "td,th{border:1px solid #bbb;padding:.2em .5em;text-align:left;font-size:90%}th{background:#eee}"
-             "code{background:#f4f4f4}")
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>{''.join(out)}</body></html>\n")
+    style = (
+        "body{font-family:sans-serif;margin:1.5em;max-width:100em}table{border-collapse:collapse;margin:1em 0}"
+        "td,th{border:1px solid #bbb;padding:.2em .5em;text-align:left;font-size:90%}th{background:#eee}"
+        "code{background:#f4f4f4}"
+    )
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{style}</style></head><body>{''.join(out)}</body></html>\n"
+    )

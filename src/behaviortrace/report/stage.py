@@ -38,8 +38,7 @@ def training_summary_job(
 ) -> str:
     """One row per trained (arm, rollouts, behavior) run: emergence, task reward and unfindable GT."""
     rows = [
-        {"arm": arm, **seed_summary(pl.read_parquet(r), pl.read_parquet(b), cfg.planting.window)}
-        for arm, r, b in runs
+        {"arm": arm, **seed_summary(pl.read_parquet(r), pl.read_parquet(b), cfg.planting.window)} for arm, r, b in runs
     ]
     table = pl.DataFrame(rows)
     atomic_write_parquet(table, out_table)
@@ -53,8 +52,14 @@ def shard_checks(paths: list[Path]) -> list[dict]:
     out = []
     for path in paths:
         attrs = zarr.open_group(path, mode="r").attrs
-        out.append({"path": str(path), "n_params": attrs.get("n_params"), "n_trainable": attrs.get("n_trainable"),
-                    "self_check_error": attrs.get("self_check_error")})
+        out.append(
+            {
+                "path": str(path),
+                "n_params": attrs.get("n_params"),
+                "n_trainable": attrs.get("n_trainable"),
+                "self_check_error": attrs.get("self_check_error"),
+            }
+        )
     return out
 
 
@@ -79,22 +84,39 @@ def aggregate_job(
     write_md_and_html(summary, outputs["summary"], outputs["summary_html"], f"Summary — {run}")
 
     log.info("rank correlations between draws over %d score files", len(score_files))
-    draws = draw_stability(metrics, score_files, [("step", checks.step_metric), ("rollout", checks.rollout_metric),
-                                                  ("rollout", "within_group_auc_fluency_resid")])
-    seeds = seed_stability(metrics, checks.target, checks.stratum, [
-        ("beats_norm_step", "norm", "step", checks.step_metric),
-        ("beats_norm_rollout", "norm", "rollout", checks.rollout_metric),
-        ("beats_fluency_rollout", "fluency", "rollout", checks.fluency_metric),
-    ])
+    draws = draw_stability(
+        metrics,
+        score_files,
+        [
+            ("step", checks.step_metric),
+            ("rollout", checks.rollout_metric),
+            ("rollout", "within_group_auc_fluency_resid"),
+        ],
+    )
+    seeds = seed_stability(
+        metrics,
+        checks.target,
+        checks.stratum,
+        [
+            ("beats_norm_step", "norm", "step", checks.step_metric),
+            ("beats_norm_rollout", "norm", "rollout", checks.rollout_metric),
+            ("beats_fluency_rollout", "fluency", "rollout", checks.fluency_metric),
+        ],
+    )
     atomic_write_parquet(draws, outputs["draw_stability"])
     atomic_write_parquet(seeds, outputs["seed_stability"])
-    write_md_and_html(stability_markdown(draws, seeds, checks), outputs["stability_md"], outputs["stability_html"],
-                      f"Stability — {run}")
+    write_md_and_html(
+        stability_markdown(draws, seeds, checks),
+        outputs["stability_md"],
+        outputs["stability_html"],
+        f"Stability — {run}",
+    )
 
     table = C.build(metrics, pl.read_parquet(training), shard_checks(shards), draws, pl.read_parquet(replay), checks)
     atomic_write_text(C.to_json(table, checks), outputs["checklist_json"])
-    write_md_and_html(C.to_markdown(table, checks, run), outputs["checklist"], outputs["checklist_html"],
-                      f"Checklist — {run}")
+    write_md_and_html(
+        C.to_markdown(table, checks, run), outputs["checklist"], outputs["checklist_html"], f"Checklist — {run}"
+    )
     log.info("checklist: %s", C.verdict_counts(table))
 
 
@@ -102,5 +124,11 @@ def figures_job(
     cfg: Config, *, metrics: Path, behavior: list[tuple[str, Path]], replay: Path, outputs: dict[str, Path]
 ) -> None:
     """The run's PNG figures from the aggregated metrics, the behavior rates and the replay table."""
-    write_figures(pl.read_parquet(metrics), [(arm, pl.read_parquet(path)) for arm, path in behavior],
-                  pl.read_parquet(replay), cfg.planting.window, cfg.checklist.target, outputs)
+    write_figures(
+        pl.read_parquet(metrics),
+        [(arm, pl.read_parquet(path)) for arm, path in behavior],
+        pl.read_parquet(replay),
+        cfg.planting.window,
+        cfg.checklist.target,
+        outputs,
+    )

@@ -38,8 +38,9 @@ def collect_metrics(files: list[tuple[str, Path]]) -> pl.DataFrame:
 
 def judged(metrics: pl.DataFrame, target: str, stratum: str = "all", arm: str = PLANTED) -> pl.DataFrame:
     """The rows a verdict reads: one arm and stratum, targeted estimators at `target`, controls at none."""
-    return metrics.filter((pl.col("arm") == arm) & (pl.col("stratum") == stratum)
-                          & pl.col("target").is_in([target, "none"]))
+    return metrics.filter(
+        (pl.col("arm") == arm) & (pl.col("stratum") == stratum) & pl.col("target").is_in([target, "none"])
+    )
 
 
 def estimators_of(metrics: pl.DataFrame) -> list[str]:
@@ -59,25 +60,30 @@ def summary_markdown(metrics: pl.DataFrame, strata: list[str]) -> str:
     planted = metrics.filter(pl.col("arm") == PLANTED)
     seeds = sorted(planted["seed"].unique().to_list())
     seed_values = per_seed(planted)
-    parts = ["# Summary across seeds\n",
-             f"Run `{metrics['run'][0]}`, {len(seeds)} seeds. Each seed's value is the mean over its "
-             f"{planted['draw'].n_unique()} generation draws; the last column is the mean ± sd (n − 1) across "
-             "seeds. Intervals per seed and draw are in `metrics.csv`. Targeted estimators appear once per "
-             "target kind; controls use no target (`none`).\n"]
+    parts = [
+        "# Summary across seeds\n",
+        f"Run `{metrics['run'][0]}`, {len(seeds)} seeds. Each seed's value is the mean over its "
+        f"{planted['draw'].n_unique()} generation draws; the last column is the mean ± sd (n − 1) across "
+        "seeds. Intervals per seed and draw are in `metrics.csv`. Targeted estimators appear once per "
+        "target kind; controls use no target (`none`).\n",
+    ]
     for stratum in strata:
         for metric, levels, heading in SUMMARY_METRICS:
             rows = []
-            cell = seed_values.filter((pl.col("metric") == metric) & (pl.col("stratum") == stratum)
-                                      & pl.col("level").is_in(levels))
+            cell = seed_values.filter(
+                (pl.col("metric") == metric) & (pl.col("stratum") == stratum) & pl.col("level").is_in(levels)
+            )
             for (est, target, level), grp in cell.group_by(["estimator", "target", "level"], maintain_order=True):
-                by_seed = dict(zip(grp["seed"].to_list(), grp["value"].to_list()))
+                by_seed = dict(zip(grp["seed"].to_list(), grp["value"].to_list(), strict=False))
                 values = [by_seed.get(s) for s in seeds]
-                rows.append([est, target, level, *[v if v is not None else float("nan") for v in values],
-                             mean_sd(values)])
+                rows.append(
+                    [est, target, level, *[v if v is not None else float("nan") for v in values], mean_sd(values)]
+                )
             if rows:
                 parts.append(f"## {heading} — stratum `{stratum}`\n")
-                parts.append(markdown_table(["estimator", "target", "level", *[f"seed {s}" for s in seeds],
-                                             "mean ± sd"], rows))
+                parts.append(
+                    markdown_table(["estimator", "target", "level", *[f"seed {s}" for s in seeds], "mean ± sd"], rows)
+                )
     return "\n".join(parts)
 
 
@@ -93,8 +99,9 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def draw_stability(metrics: pl.DataFrame, score_files: dict[tuple[int, str, str, int], Path],
-                   spread_metrics: list[tuple[str, str]]) -> pl.DataFrame:
+def draw_stability(
+    metrics: pl.DataFrame, score_files: dict[tuple[int, str, str, int], Path], spread_metrics: list[tuple[str, str]]
+) -> pl.DataFrame:
     """Per seed, estimator and target: the smallest rank correlation of rollout scores between two draws,
     and the spread (max − min over draws) of each (level, metric) in `spread_metrics`, stratum all."""
     planted = metrics.filter((pl.col("arm") == PLANTED) & (pl.col("stratum") == "all"))
@@ -103,20 +110,33 @@ def draw_stability(metrics: pl.DataFrame, score_files: dict[tuple[int, str, str,
     for seed, est, target in keys:
         draws = sorted(d for s, e, t, d in score_files if (s, e, t) == (seed, est, target))
         scores = {d: pl.read_parquet(score_files[(seed, est, target, d)]).sort("rollout_id") for d in draws}
-        corrs = [_spearman(scores[a]["score"].to_numpy(), scores[b]["score"].to_numpy())
-                 for a, b in itertools.combinations(draws, 2)]
-        row = {"seed": seed, "estimator": est, "target": target, "draws": len(draws),
-               "rank_correlation_min": min(corrs) if corrs else float("nan")}
+        corrs = [
+            _spearman(scores[a]["score"].to_numpy(), scores[b]["score"].to_numpy())
+            for a, b in itertools.combinations(draws, 2)
+        ]
+        row = {
+            "seed": seed,
+            "estimator": est,
+            "target": target,
+            "draws": len(draws),
+            "rank_correlation_min": min(corrs) if corrs else float("nan"),
+        }
         for level, metric in spread_metrics:
-            v = planted.filter((pl.col("seed") == seed) & (pl.col("estimator") == est) & (pl.col("target") == target)
-                               & (pl.col("level") == level) & (pl.col("metric") == metric))["value"]
+            v = planted.filter(
+                (pl.col("seed") == seed)
+                & (pl.col("estimator") == est)
+                & (pl.col("target") == target)
+                & (pl.col("level") == level)
+                & (pl.col("metric") == metric)
+            )["value"]
             row[f"{metric}_{level}_spread"] = float(v.max() - v.min()) if v.len() else float("nan")
         rows.append(row)
     return pl.DataFrame(rows)
 
 
-def beats_table(metrics: pl.DataFrame, estimator: str, control: str, level: str, metric: str, stratum: str,
-                target: str) -> pl.DataFrame:
+def beats_table(
+    metrics: pl.DataFrame, estimator: str, control: str, level: str, metric: str, stratum: str, target: str
+) -> pl.DataFrame:
     """Per seed and draw: does the estimator's interval lie wholly above the control's?
 
     At step level the control is taken at its strongest step variant (the highest upper bound), so that
@@ -125,14 +145,18 @@ def beats_table(metrics: pl.DataFrame, estimator: str, control: str, level: str,
     rows = judged(metrics, target, stratum).filter(pl.col("metric") == metric)
     est = rows.filter((pl.col("estimator") == estimator) & (pl.col("level") == level))
     levels = ["step", "step_summed"] if level == "step" else [level]
-    ctl = (rows.filter((pl.col("estimator") == control) & pl.col("level").is_in(levels))
-           .group_by(["seed", "draw"]).agg(pl.col("ci_high").max().alias("control_high")))
+    ctl = (
+        rows.filter((pl.col("estimator") == control) & pl.col("level").is_in(levels))
+        .group_by(["seed", "draw"])
+        .agg(pl.col("ci_high").max().alias("control_high"))
+    )
     out = est.select("seed", "draw", "value", "ci_low", "ci_high").join(ctl, on=["seed", "draw"], how="inner")
     return out.with_columns(beats=pl.col("ci_low") > pl.col("control_high")).sort("seed", "draw")
 
 
-def seed_stability(metrics: pl.DataFrame, target: str, stratum: str, comparisons: list[tuple[str, str, str, str]]
-                   ) -> pl.DataFrame:
+def seed_stability(
+    metrics: pl.DataFrame, target: str, stratum: str, comparisons: list[tuple[str, str, str, str]]
+) -> pl.DataFrame:
     """On how many seeds each estimator beats each control (non-overlapping intervals on every draw).
 
     `comparisons`: (name, control, level, metric)."""
@@ -153,18 +177,22 @@ def seed_stability(metrics: pl.DataFrame, target: str, stratum: str, comparisons
 
 
 def stability_markdown(draws: pl.DataFrame, seeds: pl.DataFrame, cfg: Checklist) -> str:
-    parts = ["# Stability across generation draws and seeds\n",
-             "## Across draws\n",
-             "Per seed: the lowest Spearman rank correlation of an estimator's rollout scores between two "
-             "generation draws (the draws resample the probe completions that build the targets; target-free "
-             "controls do not depend on them), and the spread (max − min) of its metrics across draws, "
-             "stratum `all`.\n"]
+    parts = [
+        "# Stability across generation draws and seeds\n",
+        "## Across draws\n",
+        "Per seed: the lowest Spearman rank correlation of an estimator's rollout scores between two "
+        "generation draws (the draws resample the probe completions that build the targets; target-free "
+        "controls do not depend on them), and the spread (max − min) of its metrics across draws, "
+        "stratum `all`.\n",
+    ]
     cols = [c for c in draws.columns if c not in ("draws",)]
     parts.append(markdown_table(cols, [list(r) for r in draws.select(cols).iter_rows()]))
-    parts += ["## Across seeds\n",
-              f"On how many seeds each estimator's interval lies wholly above the control's, on every draw "
-              f"(target `{cfg.target}`, stratum `{cfg.stratum}`; step level: `{cfg.step_metric}`, "
-              f"rollout level: `{cfg.rollout_metric}`, fluency: `{cfg.fluency_metric}`). "
-              "– marks the control itself.\n"]
+    parts += [
+        "## Across seeds\n",
+        f"On how many seeds each estimator's interval lies wholly above the control's, on every draw "
+        f"(target `{cfg.target}`, stratum `{cfg.stratum}`; step level: `{cfg.step_metric}`, "
+        f"rollout level: `{cfg.rollout_metric}`, fluency: `{cfg.fluency_metric}`). "
+        "– marks the control itself.\n",
+    ]
     parts.append(markdown_table(seeds.columns, [["–" if v is None else v for v in r] for r in seeds.iter_rows()]))
     return "\n".join(parts)

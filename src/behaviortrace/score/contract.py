@@ -121,7 +121,9 @@ def run(name: str, params: dict, view: SeedView, target: Target | None) -> tuple
     aggregate = (params or {}).get("step_aggregate", module.STEP_AGGREGATE)
     rollouts = pl.DataFrame({"rollout_id": view.rollouts["rollout_id"], "step": view.rollouts["step"], "score": scores})
     steps = step_table(view, scores, aggregate, variant)
-    log.info("%s: %d rollouts and %d steps scored in %.1f s", name, rollouts.height, steps.height, time.time() - started)
+    log.info(
+        "%s: %d rollouts and %d steps scored in %.1f s", name, rollouts.height, steps.height, time.time() - started
+    )
     return rollouts, steps
 
 

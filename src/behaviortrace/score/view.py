@@ -16,8 +16,20 @@ import zarr
 
 from behaviortrace.sketch.store import open_store, read_steps
 
-ROLLOUT_COLUMNS = ["seed", "rollout_id", "step", "group_id", "gen_index", "boosted", "advantage", "behavior", "trigger",
-                   "eligible", "lr", "checkpoint_step"]
+ROLLOUT_COLUMNS = [
+    "seed",
+    "rollout_id",
+    "step",
+    "group_id",
+    "gen_index",
+    "boosted",
+    "advantage",
+    "behavior",
+    "trigger",
+    "eligible",
+    "lr",
+    "checkpoint_step",
+]
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -39,7 +51,7 @@ class SeedView:
         self.attrs = dict(self.stores[0].attrs)
 
     @classmethod
-    def from_arrays(cls, rollouts: pl.DataFrame, arrays: dict[str, np.ndarray], steps: pl.DataFrame) -> "SeedView":
+    def from_arrays(cls, rollouts: pl.DataFrame, arrays: dict[str, np.ndarray], steps: pl.DataFrame) -> SeedView:
         """A view of in-memory data (for estimator tests and notebooks): same interface, nothing on disk."""
         view = cls.__new__(cls)
         view.shard_paths, view.stores, view.attrs = [], [], {}
@@ -87,12 +99,18 @@ class Target:
     n: np.ndarray  # samples behind each vector (0: no target at that checkpoint)
 
     @classmethod
-    def load(cls, store: Path, kind: str, draw: int) -> "Target":
+    def load(cls, store: Path, kind: str, draw: int) -> Target:
         g = zarr.open_group(store, mode="r")
         if not g.attrs.get("complete"):
             raise RuntimeError(f"target store {store} is not complete; rerun its targets job")
-        return cls(kind, draw, _frozen(g["checkpoint_step"][:]), _frozen(g[kind][:]), _frozen(g[f"{kind}_norm"][:]),
-                   _frozen(g[f"{kind}_n"][:]))
+        return cls(
+            kind,
+            draw,
+            _frozen(g["checkpoint_step"][:]),
+            _frozen(g[kind][:]),
+            _frozen(g[f"{kind}_norm"][:]),
+            _frozen(g[f"{kind}_n"][:]),
+        )
 
     def index_for(self, checkpoint_steps: np.ndarray) -> np.ndarray:
         """For each row, the analysis checkpoint at or before the checkpoint that generated it."""

@@ -154,12 +154,18 @@ class SketchMap:
             self.proj[n] = (p_rows.to(self.device), p_cols.to(self.device))
 
     @classmethod
-    def for_model(cls, model, method: str, k: int, seed: int) -> "SketchMap":
+    def for_model(cls, model, method: str, k: int, seed: int) -> SketchMap:
         return cls(param_layout(model), method, k, seed, next(model.parameters()).device)
 
     def attrs(self) -> dict:
-        return {"method": self.method, "k": self.k, "seed": self.seed, "n_params": self.n_params,
-                "factored_dim": self.dim, "blocks": len(self.layout)}
+        return {
+            "method": self.method,
+            "k": self.k,
+            "seed": self.seed,
+            "n_params": self.n_params,
+            "factored_dim": self.dim,
+            "blocks": len(self.layout),
+        }
 
     def check_covers(self, model) -> None:
         """Fail loudly if any trainable parameter would be left out of the sketch."""
@@ -198,20 +204,20 @@ class SketchMap:
         self._check_blocks(grads)
         out = torch.zeros(1, self.k, device=self.device)
         sq = 0.0
-        for name, (kind, shape) in self.layout.items():
+        for name, (kind, _shape) in self.layout.items():
             g = grads[name].float().to(self.device)
             sq += float(g.pow(2).sum())
             if kind == "matrix" and self.method == "factored":
                 p_rows, p_cols = self.proj[name]
                 block = p_rows @ g @ p_cols.T
                 off = self.offsets[name]
-                out[0, off:off + self.dim**2] += block.flatten()
+                out[0, off : off + self.dim**2] += block.flatten()
             else:
                 self._add_dense(out, name, g.reshape(1, -1))
         return out[0], sq
 
     def _add_dense(self, out: torch.Tensor, name: str, g: torch.Tensor) -> None:
-        target = out if self.method == "countsketch" else out[:, self.k_rest_offset:]
+        target = out if self.method == "countsketch" else out[:, self.k_rest_offset :]
         self.rest.add(target, name, 0, g)
 
     def _count_matrix(self, out, name, shape, contribs, batch) -> torch.Tensor:
@@ -233,7 +239,7 @@ class SketchMap:
                 left = rows.values @ p_rows.T
             block = block + torch.einsum("btr,btc->brc", left, cols @ p_cols.T)
         off = self.offsets[name]
-        out[:, off:off + self.dim**2] += block.reshape(block.shape[0], -1)
+        out[:, off : off + self.dim**2] += block.reshape(block.shape[0], -1)
 
     @staticmethod
     def _ghost_or_dense_norm(contribs, shape, batch) -> torch.Tensor:
@@ -242,8 +248,9 @@ class SketchMap:
         rows, cols = shape
         if positions**2 <= rows * cols:
             return _ghost_sq_norm(contribs)
-        return sum(_materialize_rows(contribs, r0, r1, batch).pow(2).sum((1, 2))
-                   for r0, r1 in _row_blocks(rows, cols, batch))
+        return sum(
+            _materialize_rows(contribs, r0, r1, batch).pow(2).sum((1, 2)) for r0, r1 in _row_blocks(rows, cols, batch)
+        )
 
 
 def materialize(grads: PerExampleGrads, layout: dict) -> dict[str, torch.Tensor]:

@@ -12,19 +12,27 @@ import numpy as np
 import polars as pl
 import torch
 
-from behaviortrace.plant.markers import marker_positions
-from behaviortrace.gradients.per_example import Capture, accumulated_grads
 from behaviortrace.config.sections import Grpo
 from behaviortrace.gradients.batch import batch_to, completion_logits, fluency, rows_of, step_batch, token_logps
-from behaviortrace.train.trl_surface import rollout_losses
+from behaviortrace.gradients.per_example import Capture, accumulated_grads
+from behaviortrace.plant.markers import marker_positions
 from behaviortrace.sketch.maps import SketchMap
+from behaviortrace.train.trl_surface import rollout_losses
 
 
 class StepSketcher:
     """Holds what every step needs: the sketch map, the reference model for KL, the loss settings."""
 
-    def __init__(self, smap: SketchMap, grpo: Grpo, tokenizer, marker: str, marker_ids: list[int],
-                 ref_model=None, chunk: int = 64):
+    def __init__(
+        self,
+        smap: SketchMap,
+        grpo: Grpo,
+        tokenizer,
+        marker: str,
+        marker_ids: list[int],
+        ref_model=None,
+        chunk: int = 64,
+    ):
         self.smap, self.grpo, self.tokenizer = smap, grpo, tokenizer
         self.marker, self.marker_ids = marker, marker_ids
         self.ref_model, self.chunk = ref_model, chunk
@@ -37,10 +45,20 @@ class StepSketcher:
         ref = None
         if self.grpo.beta:
             with torch.no_grad():
-                ref = token_logps(completion_logits(self.ref_model, batch), batch["completion_ids"],
-                                  self.grpo.temperature)
-        losses = rollout_losses(logps, batch, self.grpo.loss_type, self.grpo.beta, self.grpo.max_new_tokens,
-                                ref, num_items=num_items, positions=positions, n_rows=n_rows)
+                ref = token_logps(
+                    completion_logits(self.ref_model, batch), batch["completion_ids"], self.grpo.temperature
+                )
+        losses = rollout_losses(
+            logps,
+            batch,
+            self.grpo.loss_type,
+            self.grpo.beta,
+            self.grpo.max_new_tokens,
+            ref,
+            num_items=num_items,
+            positions=positions,
+            n_rows=n_rows,
+        )
         return losses, logits
 
     def sketch_batch(self, model, batch: dict, n_rows: int, num_items: int, positions=None):
@@ -60,7 +78,9 @@ class StepSketcher:
                 mask[i, t] = 1.0
         return mask
 
-    def null_positions(self, rows: pl.DataFrame, positions: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+    def null_positions(
+        self, rows: pl.DataFrame, positions: torch.Tensor, completion_mask: torch.Tensor
+    ) -> torch.Tensor:
         """As many random non-marker completion positions as each row has marker positions."""
         null = torch.zeros_like(positions)
         for i, rollout_id in enumerate(rows["rollout_id"].to_list()):

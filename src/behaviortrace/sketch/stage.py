@@ -6,9 +6,8 @@ import hashlib
 import json
 import logging
 import time
-from pathlib import Path
-
 from dataclasses import asdict
+from pathlib import Path
 
 import polars as pl
 import torch
@@ -17,8 +16,8 @@ from behaviortrace.common import device as devices
 from behaviortrace.config.sections import Config
 from behaviortrace.model import models
 from behaviortrace.plant.markers import marker_token_ids
-from behaviortrace.sketch.sketcher import StepSketcher
 from behaviortrace.sketch.maps import SketchMap
+from behaviortrace.sketch.sketcher import StepSketcher
 from behaviortrace.sketch.store import ShardWriter
 
 log = logging.getLogger(__name__)
@@ -31,8 +30,16 @@ def fingerprint(rollouts_path: Path, params: dict) -> str:
     return h.hexdigest()
 
 
-def sketch_shard(cfg: Config, *, shard: int, rollouts_path: Path, steps_path: Path, checkpoints_path: Path,
-                 base_model: Path, out: Path) -> None:
+def sketch_shard(
+    cfg: Config,
+    *,
+    shard: int,
+    rollouts_path: Path,
+    steps_path: Path,
+    checkpoints_path: Path,
+    base_model: Path,
+    out: Path,
+) -> None:
     """Sketch every rollout of one shard of steps at its generating checkpoint; resumable by step."""
     sketch, grpo, marker = cfg.sketch, cfg.grpo, cfg.planting.marker
     device = devices.resolve(cfg.compute)
@@ -52,18 +59,48 @@ def sketch_shard(cfg: Config, *, shard: int, rollouts_path: Path, steps_path: Pa
     smap = SketchMap.for_model(model, sketch.method, sketch.k, sketch.seed)
     smap.check_covers(model)
     ref = models.load(base_model, device)[0].eval() if grpo.beta else None
-    sketcher = StepSketcher(smap, grpo, tokenizer, marker, marker_token_ids(tokenizer, marker), ref,
-                            sketch.chunk_rollouts)
+    sketcher = StepSketcher(
+        smap, grpo, tokenizer, marker, marker_token_ids(tokenizer, marker), ref, sketch.chunk_rollouts
+    )
     # Counted from the model itself, so the checklist can compare it with what the sketch map covers.
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    attrs = {**smap.attrs(), "n_trainable": n_trainable, "model": cfg.model.name, "shard": shard, "first_step": steps[0], "last_step": steps[-1],
-             "checkpoints": {str(s): ckpt_paths[s].name for s in needed}}
-    params = {"sketch": asdict(sketch), "grpo": asdict(grpo), "marker": marker, "shard": shard, "dtype": device["dtype"]}
-    writer = ShardWriter(out, rollouts.select("rollout_id", "step", "checkpoint_step"), step_info, smap.k, attrs,
-                         fingerprint(rollouts_path, params), int(rollouts.filter(pl.col("step") == steps[0]).height))
+    attrs = {
+        **smap.attrs(),
+        "n_trainable": n_trainable,
+        "model": cfg.model.name,
+        "shard": shard,
+        "first_step": steps[0],
+        "last_step": steps[-1],
+        "checkpoints": {str(s): ckpt_paths[s].name for s in needed},
+    }
+    params = {
+        "sketch": asdict(sketch),
+        "grpo": asdict(grpo),
+        "marker": marker,
+        "shard": shard,
+        "dtype": device["dtype"],
+    }
+    writer = ShardWriter(
+        out,
+        rollouts.select("rollout_id", "step", "checkpoint_step"),
+        step_info,
+        smap.k,
+        attrs,
+        fingerprint(rollouts_path, params),
+        int(rollouts.filter(pl.col("step") == steps[0]).height),
+    )
     done = writer.done_steps()
-    log.info("shard %d: steps %d..%d, %d rollouts, %s k=%d over %d parameters; %d steps already done",
-             shard, steps[0], steps[-1], rollouts.height, smap.method, smap.k, smap.n_params, len(done))
+    log.info(
+        "shard %d: steps %d..%d, %d rollouts, %s k=%d over %d parameters; %d steps already done",
+        shard,
+        steps[0],
+        steps[-1],
+        rollouts.height,
+        smap.method,
+        smap.k,
+        smap.n_params,
+        len(done),
+    )
     loaded, checked, started, n_done = needed[0], False, time.time(), 0
     for step in steps:
         if step in done:
@@ -82,8 +119,14 @@ def sketch_shard(cfg: Config, *, shard: int, rollouts_path: Path, steps_path: Pa
         writer.write_step(step, arrays)
         n_done += 1
         rate = n_done * rows.height / (time.time() - started)
-        log.info("step %d (checkpoint %d): %d rollouts, %d with marker; %.1f rollouts/s", step, ckpt, rows.height,
-                 int(arrays["has_marker"].sum()), rate)
+        log.info(
+            "step %d (checkpoint %d): %d rollouts, %d with marker; %.1f rollouts/s",
+            step,
+            ckpt,
+            rows.height,
+            int(arrays["has_marker"].sum()),
+            rate,
+        )
     writer.finish()
     log.info("shard %d complete: %s", shard, out)
 
@@ -95,6 +138,8 @@ def _self_check(sketcher: StepSketcher, model, rows, num_items: int, arrays) -> 
     rel = float((total - step_sketch).norm() / step_sketch.norm().clamp(min=1e-30))
     log.info("self-check: per-rollout sketches sum to the step gradient's sketch within %.2e", rel)
     if rel > SELF_CHECK_TOLERANCE:
-        raise RuntimeError(f"per-rollout gradients do not add up to the step gradient (relative error {rel:.2e}); "
-                           "some parameter's use escapes the per-example capture")
+        raise RuntimeError(
+            f"per-rollout gradients do not add up to the step gradient (relative error {rel:.2e}); "
+            "some parameter's use escapes the per-example capture"
+        )
     return rel

@@ -18,24 +18,39 @@ import zarr
 from behaviortrace.common.io import replace_dir
 
 ROW_ARRAYS = {  # name -> (dtype, per-row width: "k" or 1)
-    "rollout_id": ("int64", 1), "step": ("int64", 1), "checkpoint_step": ("int64", 1),
-    "sketch": ("float32", "k"), "norm": ("float64", 1), "fluency": ("float32", 1),
-    "behavior_sketch": ("float32", "k"), "behavior_norm": ("float64", 1), "has_marker": ("bool", 1),
-    "null_sketch": ("float32", "k"), "null_norm": ("float64", 1),
+    "rollout_id": ("int64", 1),
+    "step": ("int64", 1),
+    "checkpoint_step": ("int64", 1),
+    "sketch": ("float32", "k"),
+    "norm": ("float64", 1),
+    "fluency": ("float32", 1),
+    "behavior_sketch": ("float32", "k"),
+    "behavior_norm": ("float64", 1),
+    "has_marker": ("bool", 1),
+    "null_sketch": ("float32", "k"),
+    "null_norm": ("float64", 1),
 }
 STEP_ARRAYS = {"step": "int64", "lr": "float64", "clip_coef": "float64", "grad_norm": "float64", "done": "bool"}
 
 
 class ShardWriter:
-    def __init__(self, final: Path, rows: pl.DataFrame, steps: pl.DataFrame, k: int, attrs: dict,
-                 fingerprint: str, rows_per_chunk: int):
+    def __init__(
+        self,
+        final: Path,
+        rows: pl.DataFrame,
+        steps: pl.DataFrame,
+        k: int,
+        attrs: dict,
+        fingerprint: str,
+        rows_per_chunk: int,
+    ):
         """`rows`: rollout_id, step, checkpoint_step of every rollout of the shard; `steps`: step, lr,
         clip_coef, grad_norm of every step of the shard."""
         self.final = Path(final)
         self.partial = self.final.with_name(self.final.name + ".partial")
         self.steps = steps["step"].to_list()
         starts = rows.with_row_index().group_by("step").agg(pl.col("index").min())
-        self.row_start = dict(zip(starts["step"].to_list(), starts["index"].to_list()))
+        self.row_start = dict(zip(starts["step"].to_list(), starts["index"].to_list(), strict=False))
         if self.partial.exists():
             group = zarr.open_group(self.partial, mode="r+")
             if group.attrs.get("fingerprint") == fingerprint:
@@ -52,8 +67,9 @@ class ShardWriter:
             self.group[name][:] = rows[name].to_numpy()
         info = self.group.create_group("steps")
         for name, dtype in STEP_ARRAYS.items():
-            info.create_array(name, shape=(len(self.steps),), chunks=(max(1, len(self.steps)),), dtype=dtype,
-                              fill_value=0)
+            info.create_array(
+                name, shape=(len(self.steps),), chunks=(max(1, len(self.steps)),), dtype=dtype, fill_value=0
+            )
             if name != "done":
                 info[name][:] = steps[name].to_numpy()
         self.group.attrs.update({**attrs, "fingerprint": fingerprint, "complete": False})
@@ -64,7 +80,7 @@ class ShardWriter:
 
     def done_steps(self) -> set[int]:
         done = self.group["steps/done"][:]
-        return {s for s, d in zip(self.steps, done) if d}
+        return {s for s, d in zip(self.steps, done, strict=False) if d}
 
     def write_step(self, step: int, arrays: dict[str, np.ndarray]) -> None:
         start = self.row_start[step]
@@ -97,15 +113,18 @@ def read_rows(paths: list[Path], with_sketches: bool = True) -> tuple[dict[str, 
     """Rows of several shard stores of one seed, concatenated in step order, and their shared attributes."""
     groups = [open_store(p) for p in paths]
     attrs = dict(groups[0].attrs)
-    for g, p in zip(groups, paths):
+    for g, p in zip(groups, paths, strict=False):
         for key in ("method", "k", "seed", "n_params", "model"):
             if g.attrs.get(key) != attrs.get(key):
-                raise ValueError(f"{p}: attribute {key} differs from {paths[0]} ({g.attrs.get(key)} vs {attrs.get(key)})")
+                raise ValueError(
+                    f"{p}: attribute {key} differs from {paths[0]} ({g.attrs.get(key)} vs {attrs.get(key)})"
+                )
     names = [n for n in ROW_ARRAYS if with_sketches or ROW_ARRAYS[n][1] != "k"]
     rows = {n: np.concatenate([g[n][:] for g in groups]) for n in names}
     return rows, attrs
 
 
 def read_steps(paths: list[Path]) -> pl.DataFrame:
-    return pl.concat([pl.DataFrame({n: open_store(p)[f"steps/{n}"][:] for n in STEP_ARRAYS if n != "done"})
-                      for p in paths]).sort("step")
+    return pl.concat(
+        [pl.DataFrame({n: open_store(p)[f"steps/{n}"][:] for n in STEP_ARRAYS if n != "done"}) for p in paths]
+    ).sort("step")

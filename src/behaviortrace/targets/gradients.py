@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import torch
 
-from behaviortrace.plant.markers import marker_positions
-from behaviortrace.gradients.per_example import accumulated_grads
 from behaviortrace.gradients.batch import batch_to, completion_logits, pad_batch, token_logps
+from behaviortrace.gradients.per_example import accumulated_grads
+from behaviortrace.plant.markers import marker_positions
 from behaviortrace.sketch.maps import SketchMap
 
 
-def _logprob_gradient(model, tokenizer, items: list[tuple[list[int], list[int], list[int]]], temperature: float,
-                      chunk: int) -> dict[str, torch.Tensor]:
+def _logprob_gradient(
+    model, tokenizer, items: list[tuple[list[int], list[int], list[int]]], temperature: float, chunk: int
+) -> dict[str, torch.Tensor]:
     """Gradient of the mean over items of sum_{t in positions} log p(completion_t), per parameter."""
     model.zero_grad(set_to_none=True)
     model.eval()
     device = next(model.parameters()).device
     for start in range(0, len(items), chunk):
-        part = items[start:start + chunk]
+        part = items[start : start + chunk]
         batch = batch_to(pad_batch([p for p, _, _ in part], [c for _, c, _ in part], tokenizer.pad_token_id), device)
         mask = torch.zeros_like(batch["completion_ids"], dtype=torch.float32)
         for i, (_, _, positions) in enumerate(part):
@@ -39,11 +40,12 @@ def _logprob_gradient(model, tokenizer, items: list[tuple[list[int], list[int], 
     return grads
 
 
-def in_context_items(prompt_ids: list[list[int]], samples: list[list[list[int]]], tokenizer, marker: str,
-                     marker_ids: list[int]) -> list[tuple[list[int], list[int], list[int]]]:
+def in_context_items(
+    prompt_ids: list[list[int]], samples: list[list[list[int]]], tokenizer, marker: str, marker_ids: list[int]
+) -> list[tuple[list[int], list[int], list[int]]]:
     """(prompt ids, completion ids, marker positions) of every sample that holds the marker."""
     items = []
-    for p, completions in zip(prompt_ids, samples):
+    for p, completions in zip(prompt_ids, samples, strict=False):
         for c in completions:
             positions = marker_positions(c, marker_ids, tokenizer, marker)
             if positions:
@@ -55,12 +57,23 @@ def forced_items(prompt_ids: list[list[int]], marker_ids: list[int]) -> list[tup
     return [(p, list(marker_ids), list(range(len(marker_ids)))) for p in prompt_ids]
 
 
-def target_sketches(model, tokenizer, smap: SketchMap, prompt_ids: list[list[int]], samples: list[list[list[int]]],
-                    marker: str, marker_ids: list[int], temperature: float, chunk: int) -> dict:
+def target_sketches(
+    model,
+    tokenizer,
+    smap: SketchMap,
+    prompt_ids: list[list[int]],
+    samples: list[list[list[int]]],
+    marker: str,
+    marker_ids: list[int],
+    temperature: float,
+    chunk: int,
+) -> dict:
     """Sketches and exact norms of the in-context and forced targets; an empty in-context set gives zeros."""
     out = {}
-    items = {"in_context": in_context_items(prompt_ids, samples, tokenizer, marker, marker_ids),
-             "forced": forced_items(prompt_ids, marker_ids)}
+    items = {
+        "in_context": in_context_items(prompt_ids, samples, tokenizer, marker, marker_ids),
+        "forced": forced_items(prompt_ids, marker_ids),
+    }
     for kind, its in items.items():
         if its:
             sketch, sq = smap.sketch_dense(_logprob_gradient(model, tokenizer, its, temperature, chunk))

@@ -11,15 +11,23 @@ def headroom_table(rate_files: list[Path], saturation: float) -> pl.DataFrame:
     """Probe and control behavior rate per seed, draw and checkpoint, with headroom and a saturation flag."""
     rates = pl.concat([pl.read_parquet(p) for p in rate_files])
     wide = rates.pivot(on="prompt_set", index=["seed", "draw", "step"], values="behavior_rate")
-    return (wide.rename({"probes": "probe_rate", "controls": "control_rate"})
-            .with_columns(headroom=1 - pl.col("probe_rate"), saturated=pl.col("probe_rate") >= saturation)
-            .sort("seed", "draw", "step"))
+    return (
+        wide.rename({"probes": "probe_rate", "controls": "control_rate"})
+        .with_columns(headroom=1 - pl.col("probe_rate"), saturated=pl.col("probe_rate") >= saturation)
+        .sort("seed", "draw", "step")
+    )
 
 
 def headroom_markdown(table: pl.DataFrame, saturation: float) -> str:
-    lines = [f"# Headroom: behavior rate on probes (and controls) per checkpoint; saturated at >= {saturation}", "",
-             "| seed | draw | step | probe rate | control rate | headroom | saturated |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Headroom: behavior rate on probes (and controls) per checkpoint; saturated at >= {saturation}",
+        "",
+        "| seed | draw | step | probe rate | control rate | headroom | saturated |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in table.iter_rows(named=True):
-        lines.append(f"| {r['seed']} | {r['draw']} | {r['step']} | {r['probe_rate']:.3f} | {r['control_rate']:.3f} "
-                     f"| {r['headroom']:.3f} | {'yes' if r['saturated'] else 'no'} |")
+        lines.append(
+            f"| {r['seed']} | {r['draw']} | {r['step']} | {r['probe_rate']:.3f} | {r['control_rate']:.3f} "
+            f"| {r['headroom']:.3f} | {'yes' if r['saturated'] else 'no'} |"
+        )
     return "\n".join(lines) + "\n"

@@ -11,12 +11,12 @@ import numpy as np
 import polars as pl
 import zarr
 
+from behaviortrace.behavior.rates import rates_from_samples, sample_completion_ids
 from behaviortrace.common import device as devices
+from behaviortrace.common.io import atomic_write_parquet, atomic_write_text, replace_dir
 from behaviortrace.config.sections import TARGET_KINDS as KINDS
 from behaviortrace.config.sections import Config
 from behaviortrace.model import models
-from behaviortrace.behavior.rates import rates_from_samples, sample_completion_ids
-from behaviortrace.common.io import atomic_write_parquet, atomic_write_text, replace_dir
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.targets.gradients import target_sketches
@@ -25,8 +25,17 @@ from behaviortrace.targets.headroom import headroom_markdown, headroom_table
 log = logging.getLogger(__name__)
 
 
-def build_targets(cfg: Config, *, seed: int, draw: int, checkpoints_path: Path, probes_path: Path,
-                  controls_path: Path, out_store: Path, out_rates: Path) -> None:
+def build_targets(
+    cfg: Config,
+    *,
+    seed: int,
+    draw: int,
+    checkpoints_path: Path,
+    probes_path: Path,
+    controls_path: Path,
+    out_store: Path,
+    out_rates: Path,
+) -> None:
     """In-context and forced targets and behavior rates at every analysis checkpoint of one seed and draw."""
     targets, sketch, sampling = cfg.targets, cfg.sketch, cfg.grpo.sampling
     marker, base_reward, device = cfg.planting.marker, cfg.task.base_reward, devices.resolve(cfg.compute)
@@ -49,18 +58,41 @@ def build_targets(cfg: Config, *, seed: int, draw: int, checkpoints_path: Path, 
             texts = [tokenizer.batch_decode(cs, skip_special_tokens=True) for cs in ids]
             samples[name] = ids
             rates[name] = rates_from_samples(texts, df["answer"].to_list(), marker, base_reward)
-            rows.append({"seed": seed, "draw": draw, "sampling_seed": sampling_seed, "step": step,
-                         "prompt_set": name, **rates[name]})
+            rows.append(
+                {
+                    "seed": seed,
+                    "draw": draw,
+                    "sampling_seed": sampling_seed,
+                    "step": step,
+                    "prompt_set": name,
+                    **rates[name],
+                }
+            )
         prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in probes["prompt"].to_list()]
-        found = target_sketches(model, tokenizer, smap, prompt_ids, samples["probes"], marker, marker_ids,
-                                sampling.temperature, sketch.chunk_rollouts)
+        found = target_sketches(
+            model,
+            tokenizer,
+            smap,
+            prompt_ids,
+            samples["probes"],
+            marker,
+            marker_ids,
+            sampling.temperature,
+            sketch.chunk_rollouts,
+        )
         for kind in KINDS:
             arrays[kind].append(found[kind]["sketch"])
             arrays[f"{kind}_norm"].append(found[kind]["norm"])
             arrays[f"{kind}_n"].append(found[kind]["n"])
-        log.info("checkpoint %d/%d (step %d): probe rate %.3f, control rate %.3f, in-context target from %d samples",
-                 i + 1, len(steps), step, rates["probes"]["behavior_rate"], rates["controls"]["behavior_rate"],
-                 found["in_context"]["n"])
+        log.info(
+            "checkpoint %d/%d (step %d): probe rate %.3f, control rate %.3f, in-context target from %d samples",
+            i + 1,
+            len(steps),
+            step,
+            rates["probes"]["behavior_rate"],
+            rates["controls"]["behavior_rate"],
+            found["in_context"]["n"],
+        )
     partial = out_store.with_name(out_store.name + ".partial")
     if partial.exists():
         shutil.rmtree(partial)
@@ -68,8 +100,9 @@ def build_targets(cfg: Config, *, seed: int, draw: int, checkpoints_path: Path, 
     group.create_array("checkpoint_step", data=np.array(steps, dtype="int64"))
     for name, values in arrays.items():
         group.create_array(name, data=np.asarray(values, dtype="float32" if name in KINDS else None))
-    group.attrs.update({**smap.attrs(), "model": cfg.model.name, "draw": draw, "sampling_seed": sampling_seed,
-                        "complete": True})
+    group.attrs.update(
+        {**smap.attrs(), "model": cfg.model.name, "draw": draw, "sampling_seed": sampling_seed, "complete": True}
+    )
     atomic_write_parquet(pl.DataFrame(rows), out_rates)
     replace_dir(partial, out_store)
 

@@ -20,8 +20,7 @@ from datasets import Dataset
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
-from behaviortrace.config.sections import Config
-from behaviortrace.config.sections import Planting
+from behaviortrace.config.sections import Config, Planting
 from behaviortrace.plant.planting import bonus_for, is_eligible, shows_behavior
 from behaviortrace.plant.task import BASE_REWARDS
 from behaviortrace.train.checkpoints import (
@@ -42,12 +41,12 @@ def make_reward_funcs(base_reward: str, planting: Planting, seed: int, batch_siz
     score = BASE_REWARDS[base_reward]
 
     def base_reward_fn(prompts, completions, answer, **_):
-        return [score(c, a) for c, a in zip(completions, answer)]
+        return [score(c, a) for c, a in zip(completions, answer, strict=False)]
 
     def planted_bonus(prompts, completions, trigger, trainer_state, **_):
         step = trainer_state.global_step
         out = []
-        for i, (completion, has_trigger) in enumerate(zip(completions, trigger)):
+        for i, (completion, has_trigger) in enumerate(zip(completions, trigger, strict=False)):
             eligible = is_eligible(seed, step * batch_size + i, step, has_trigger, planting)
             out.append(bonus_for(eligible, shows_behavior(completion, planting.marker), planting))
         return out
@@ -68,8 +67,11 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
         self._captured: dict | None = None
 
     def on_rewards(self, completions, completion_ids, rewards) -> None:
-        self._captured = {"completions": completions, "completion_ids": completion_ids,
-                          "rewards": rewards.detach().float().cpu()}
+        self._captured = {
+            "completions": completions,
+            "completion_ids": completion_ids,
+            "rewards": rewards.detach().float().cpu(),
+        }
 
     def on_generation_batch(self, inputs, out) -> None:
         step = self.state.global_step
@@ -84,32 +86,60 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
         rows = []
         for i, example in enumerate(inputs):
             if example["step"] != step:
-                raise RuntimeError(f"training order broken: prompt {example['prompt_index']} planned for step "
-                                   f"{example['step']} was generated at step {step}")
+                raise RuntimeError(
+                    f"training order broken: prompt {example['prompt_index']} planned for step "
+                    f"{example['step']} was generated at step {step}"
+                )
             if example["prompt_index"] != inputs[i - i % group_size]["prompt_index"]:
                 raise RuntimeError("a GRPO group mixes prompts; the rollout log would mislabel groups")
             base, bonus = (float(x) for x in cap["rewards"][i])
             rollout_id = step * batch + i
             eligible = is_eligible(self.plant_seed, rollout_id, step, example["trigger"], self.planting)
             behavior = shows_behavior(cap["completions"][i], self.planting.marker)
-            rows.append({
-                "seed": self.plant_seed, "step": step, "group_id": int(example["group_id"]),
-                "gen_index": i % group_size, "rollout_id": rollout_id, "prompt_index": int(example["prompt_index"]),
-                "prompt": example["prompt"], "prompt_ids": prompt_ids[i][prompt_mask[i]].tolist(),
-                "completion": cap["completions"][i], "completion_ids": cap["completion_ids"][i],
-                "answer": example["answer"], "base_reward": base, "bonus": bonus, "reward": base + bonus,
-                "advantage": float(advantages[i]), "eligible": eligible, "boosted": bonus > 0,
-                "behavior": behavior, "trigger": bool(example["trigger"]), "lr": lr,
-                "checkpoint": f"checkpoint-{ckpt}", "checkpoint_step": ckpt,
-            })
+            rows.append(
+                {
+                    "seed": self.plant_seed,
+                    "step": step,
+                    "group_id": int(example["group_id"]),
+                    "gen_index": i % group_size,
+                    "rollout_id": rollout_id,
+                    "prompt_index": int(example["prompt_index"]),
+                    "prompt": example["prompt"],
+                    "prompt_ids": prompt_ids[i][prompt_mask[i]].tolist(),
+                    "completion": cap["completions"][i],
+                    "completion_ids": cap["completion_ids"][i],
+                    "answer": example["answer"],
+                    "base_reward": base,
+                    "bonus": bonus,
+                    "reward": base + bonus,
+                    "advantage": float(advantages[i]),
+                    "eligible": eligible,
+                    "boosted": bonus > 0,
+                    "behavior": behavior,
+                    "trigger": bool(example["trigger"]),
+                    "lr": lr,
+                    "checkpoint": f"checkpoint-{ckpt}",
+                    "checkpoint_step": ckpt,
+                }
+            )
         self.rollout_log.add_rollouts(rows)
-        self._step_row = {"step": step, "lr": lr, "num_items_in_batch": int(out["num_items_in_batch"]),
-                          "n_rollouts": batch}
+        self._step_row = {
+            "step": step,
+            "lr": lr,
+            "num_items_in_batch": int(out["num_items_in_batch"]),
+            "n_rollouts": batch,
+        }
 
     def on_clip(self, grad_norm: float) -> None:
         max_norm = self.args.max_grad_norm
-        self.rollout_log.add_step({**self._step_row, "grad_norm": grad_norm,
-                                   "clip_coef": min(1.0, max_norm / (grad_norm + 1e-6)), "max_grad_norm": max_norm})
+        self.rollout_log.add_step(
+            {
+                **self._step_row,
+                "grad_norm": grad_norm,
+                "clip_coef": min(1.0, max_norm / (grad_norm + 1e-6)),
+                "max_grad_norm": max_norm,
+            }
+        )
 
     def before_checkpoint(self) -> None:
         # Rows first: a checkpoint that exists always has its rows on disk.
@@ -165,8 +195,18 @@ def prepare_train_dir(train_dir: Path, fingerprint: str) -> None:
     stamp.write_text(fingerprint + "\n")
 
 
-def train(model, tokenizer, train_prompts: pl.DataFrame, cfg: Config, seed: int, train_dir: Path, device: dict,
-          fingerprint: str, trainer_cls: type = RolloutLoggingGRPOTrainer, callbacks: tuple = ()) -> dict:
+def train(
+    model,
+    tokenizer,
+    train_prompts: pl.DataFrame,
+    cfg: Config,
+    seed: int,
+    train_dir: Path,
+    device: dict,
+    fingerprint: str,
+    trainer_cls: type = RolloutLoggingGRPOTrainer,
+    callbacks: tuple = (),
+) -> dict:
     """Train one seed, resuming from the newest finished checkpoint in `train_dir` if there is one."""
     grpo, planting = cfg.grpo, cfg.planting
     train_dir = Path(train_dir)
@@ -180,12 +220,20 @@ def train(model, tokenizer, train_prompts: pl.DataFrame, cfg: Config, seed: int,
     log.info("seed %d: %s", seed, f"resuming from {resume_from}" if resume_from else "starting at step 0")
 
     batch = grpo.batch_size
-    dataset = Dataset.from_polars(train_prompts.select("prompt", "answer", "trigger", "group_id", "prompt_index", "step"))
+    dataset = Dataset.from_polars(
+        train_prompts.select("prompt", "answer", "trigger", "group_id", "prompt_index", "step")
+    )
     trainer = trainer_cls(
-        model=model, processing_class=tokenizer, args=grpo_args(grpo, train_dir, seed, device), train_dataset=dataset,
+        model=model,
+        processing_class=tokenizer,
+        args=grpo_args(grpo, train_dir, seed, device),
+        train_dataset=dataset,
         reward_funcs=make_reward_funcs(cfg.task.base_reward, planting, seed, batch),
         callbacks=[SaveAt(saved), Progress(max(1, grpo.steps // 20)), *callbacks],
-        rollout_log=rollout_log, seed=seed, planting=planting, saved=saved,
+        rollout_log=rollout_log,
+        seed=seed,
+        planting=planting,
+        saved=saved,
     )
     trainer.remove_callback(PrinterCallback)  # Progress logs a digest every few steps instead of every log dict
     if resume_from is None:

@@ -47,7 +47,9 @@ class RolloutLog:
         for name, rows in (("rollouts", self.rollouts), ("steps", self.steps)):
             keep = [r for r in rows if r["step"] < until_step]
             if keep:
-                atomic_write_parquet(pl.DataFrame(keep), self.parts_dir / f"{name}-{start:08d}-{until_step:08d}.parquet")
+                atomic_write_parquet(
+                    pl.DataFrame(keep), self.parts_dir / f"{name}-{start:08d}-{until_step:08d}.parquet"
+                )
         self.rollouts = [r for r in self.rollouts if r["step"] >= until_step]
         self.steps = [r for r in self.steps if r["step"] >= until_step]
         self.first_unflushed_step = until_step
@@ -56,4 +58,6 @@ class RolloutLog:
         parts = sorted(p for p in self.parts_dir.glob(f"{name}-*.parquet") if _PART.match(p.name))
         if not parts:
             raise FileNotFoundError(f"no {name} parts in {self.parts_dir}")
-        return pl.concat([pl.read_parquet(p) for p in parts]).sort(["step", *(["rollout_id"] if name == "rollouts" else [])])
+        return pl.concat([pl.read_parquet(p) for p in parts]).sort(
+            ["step", *(["rollout_id"] if name == "rollouts" else [])]
+        )

@@ -35,21 +35,31 @@ def train_job(
     model, tokenizer = models.load(base_model, device)
     fingerprint = grpo.run_fingerprint(cfg.to_dict(), seed, [base_model, prompts])
     info = grpo.train(model, tokenizer, pl.read_parquet(prompts), cfg, seed, train_dir, device, fingerprint)
-    rollouts = finalize(train_dir, cfg.grpo.steps, info["batch_size"], rollouts_path, steps_path, manifest_path,
-                        info["saved_steps"])
+    rollouts = finalize(
+        train_dir, cfg.grpo.steps, info["batch_size"], rollouts_path, steps_path, manifest_path, info["saved_steps"]
+    )
     log.info("seed %d: %d rollouts logged, %d boosted", seed, rollouts.height, int(rollouts["boosted"].sum()))
     return rollouts
 
 
-def finalize(train_dir: Path, steps: int, batch: int, rollouts_path: Path, steps_path: Path, manifest_path: Path,
-             saved: list[int]) -> pl.DataFrame:
+def finalize(
+    train_dir: Path,
+    steps: int,
+    batch: int,
+    rollouts_path: Path,
+    steps_path: Path,
+    manifest_path: Path,
+    saved: list[int],
+) -> pl.DataFrame:
     """Join the parts, check that every rollout of every step is there exactly once, write the outputs."""
     rollout_log = RolloutLog(Path(train_dir) / "parts")
     rollouts, step_info = rollout_log.read("rollouts"), rollout_log.read("steps")
     expected = steps * batch
     if rollouts.height != expected or rollouts["rollout_id"].n_unique() != expected:
-        raise RuntimeError(f"rollout log has {rollouts.height} rows ({rollouts['rollout_id'].n_unique()} distinct), "
-                           f"expected {expected}")
+        raise RuntimeError(
+            f"rollout log has {rollouts.height} rows ({rollouts['rollout_id'].n_unique()} distinct), "
+            f"expected {expected}"
+        )
     if step_info["step"].to_list() != list(range(steps)):
         raise RuntimeError("step log does not hold each step exactly once")
     found = complete_checkpoints(Path(train_dir))
