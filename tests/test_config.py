@@ -1,6 +1,8 @@
 """Config validation: bad values stop with a message naming the key and the value."""
 
 import copy
+import re
+import shutil
 import subprocess
 import sys
 
@@ -126,3 +128,106 @@ def test_paper_dag_lists_every_job_without_loading_a_model():
     ):
         assert any(line.split() == [rule, str(count)] for line in out.splitlines()), (rule, out[-2000:])
     assert "results/paper/seed2/rollouts.parquet" in out and "results/paper/placebo0/rollouts.parquet" in out
+
+
+def test_the_config_parses_into_typed_sections_once_validated():
+    from behaviortrace.config.load import parse
+
+    cfg = parse(default_config())
+    raw = default_config()
+    assert cfg.grpo.steps == raw["grpo"]["steps"] and cfg.model.tiny.hidden_size == raw["model"]["tiny"]["hidden_size"]
+    assert cfg.grpo.batch_size == raw["grpo"]["prompts_per_step"] * raw["grpo"]["num_generations"]
+    assert cfg.to_dict() == raw  # nothing lost or renamed on the way
+    with pytest.raises(ConfigError, match="grpo.steps"):
+        parse(_with("grpo.steps", 0))
+
+
+def test_a_job_reading_a_section_its_rule_did_not_pass_stops_naming_it():
+    from behaviortrace.config.load import subset
+    from behaviortrace.config.sections import Config
+
+    job = Config.from_dict(subset(default_config(), ("grpo", "planting"), arm="placebo"))
+    assert job.grpo.lr == default_config()["grpo"]["lr"]
+    assert job.planting.placebo is True  # the placebo arm: the bonus logged but never paid
+    with pytest.raises(AttributeError, match="'sketch' was not passed to this job"):
+        _ = job.sketch.k
+
+
+def test_a_non_editable_install_finds_its_schema(tmp_path):
+    """The schema ships inside the package: validation works from a plain (non-editable) install."""
+    source, target = tmp_path / "source", tmp_path / "site"
+    # Built from a copy, so the build leaves nothing in the checkout.
+    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", source)
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
+        + ["--target", str(target), str(source)],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (target / "behaviortrace" / "config" / "schema.yaml").is_file()
+    code = (
+        "import behaviortrace.config.load as L, sys; "
+        "assert L.__file__.startswith(sys.argv[2]), L.__file__; "
+        "print(L.load(sys.argv[1]).run)"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT / "config" / "config.yaml"), str(target)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(target), "PATH": ""},
+    )
+    assert res.returncode == 0 and res.stdout.strip() == "default", res.stderr[-2000:]
+
+
+def _job_count(out: str, rule: str) -> int:
+    return next(int(line.split()[1]) for line in out.splitlines() if line.split()[:1] == [rule])
+
+
+@pytest.mark.parametrize(
+    "override, rule, count",
+    [
+        ("seeds=[0]", "train_grpo", 2),  # a list of numbers: seed 0 and its placebo run
+        ("seeds=[1, 2]", "train_grpo", 3),
+        ('grpo={"steps": 100}', "sketch", 3 * 2 + 2),  # a nested key: 2 shards of 50 steps per run
+        ("targets={'draws': 1}", "evaluate", 4),  # a nested key with YAML's single quotes
+        ("placebo={'enabled': false}", "train_grpo", 3),  # a boolean
+    ],
+)
+def test_command_line_values_are_typed_as_yaml_would_type_them(override, rule, count):
+    res = _snakemake("-n", "--cores", "1", "--config", override)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
+    assert _job_count(res.stdout + res.stderr, rule) == count
+
+
+def test_coercion_reads_only_what_the_schema_does_not_take_as_a_string():
+    from behaviortrace.config.load import typed_values
+
+    raw = _with("run", "007")
+    raw["planting"]["trigger"] = "123abc"  # a string where a string is wanted stays one
+    raw["targets"]["checkpoints"] = ["0", "20"]
+    raw["planting"]["window"] = "[0, 49]"
+    raw["estimators"]["trak"] = {"lambda_scale": "0.2", "form": "auto"}  # no schema: read as YAML
+    typed = typed_values(raw)
+    assert typed["run"] == "007" and typed["planting"]["trigger"] == "123abc"
+    assert typed["targets"]["checkpoints"] == [0, 20] and typed["planting"]["window"] == [0, 49]
+    assert typed["estimators"]["trak"] == {"lambda_scale": 0.2, "form": "auto"}
+    assert typed_values(default_config()) == default_config()  # a config file's values are already typed
+
+
+@pytest.mark.parametrize(
+    "path, value, expected",
+    [
+        ("planting.marker", "7", "planting.marker = '7': occurs in ordinary task prompts and answers"),
+        ("planting.marker", "or", "in 'sort'"),  # a substring of a prompt word counts too
+        ("planting.trigger", "numbers", "planting.trigger = 'numbers': occurs in ordinary task prompts"),
+        ("planting.marker", "<unk>", "a special token of the built-in tokenizer"),
+        ("planting.marker", "frob", "occurs inside planting.trigger"),
+    ],
+)
+def test_plants_that_cannot_work_are_rejected_naming_the_key(path, value, expected):
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        validate(_with(path, value))
+    validate(_with(path, "WXQZ"))  # an unused word is fine

@@ -7,6 +7,8 @@ rule behavior:
         BEHAVIOR,
     log:
         f"{LOGS}/behavior/{{arm}}{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/behavior/{{arm}}{{seed}}.tsv"
     conda:
         CONDA_ENV
     threads: 1

@@ -6,6 +6,7 @@ from snakemake.exceptions import WorkflowError
 try:
     from behaviortrace.config.load import parse as _parse_config
     from behaviortrace.config.load import subset as _config_subset
+    from behaviortrace.config.load import typed_values as _typed_values
     from behaviortrace.config.validate import ConfigError
     from behaviortrace.score import contract as _estimators
 except ImportError as err:
@@ -14,6 +15,8 @@ except ImportError as err:
         "`make run` or `pip install -e .` (see README.md)"
     ) from None
 
+# `--config` values arrive as strings inside lists and mappings; read them as YAML would.
+config.update(_typed_values(config))
 try:
     CFG = _parse_config(config)
 except ConfigError as err:
@@ -42,6 +45,8 @@ CONDA_ENV = "../../envs/behaviortrace.yaml"
 
 OUT = f"results/{RUN}"
 LOGS = f"{OUT}/logs"
+# One benchmark file per job (wall time, CPU time, peak memory); benchmarks/pipeline.py sums them per rule.
+BENCHMARKS = f"{OUT}/benchmarks"
 TABLES = f"{OUT}/tables"
 FIGURES = f"{OUT}/figures"
 TRAIN_PROMPTS = f"{OUT}/data/train_prompts.parquet"

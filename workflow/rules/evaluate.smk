@@ -9,6 +9,8 @@ rule evaluate:
         METRICS,
     log:
         f"{LOGS}/evaluate/{{arm}}{{seed}}_draw{{draw}}.log",
+    benchmark:
+        f"{BENCHMARKS}/evaluate/{{arm}}{{seed}}_draw{{draw}}.tsv"
     conda:
         CONDA_ENV
     threads: 1

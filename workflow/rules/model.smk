@@ -3,6 +3,8 @@ rule base_model:
         directory(BASE_MODEL),
     log:
         f"{LOGS}/base_model.log",
+    benchmark:
+        f"{BENCHMARKS}/base_model.tsv"
     conda:
         CONDA_ENV
     threads: 1

@@ -5,6 +5,8 @@ rule plant_data:
         controls=CONTROL_PROMPTS,
     log:
         f"{LOGS}/plant_data.log",
+    benchmark:
+        f"{BENCHMARKS}/plant_data.tsv"
     conda:
         CONDA_ENV
     params:

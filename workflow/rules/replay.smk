@@ -10,6 +10,8 @@ rule replay:
         REPLAY,
     log:
         f"{LOGS}/replay/seed{{seed}}_{{method}}_k{{pct}}_r{{rep}}.log",
+    benchmark:
+        f"{BENCHMARKS}/replay/seed{{seed}}_{{method}}_k{{pct}}_r{{rep}}.tsv"
     conda:
         CONDA_ENV
     threads: 1
@@ -30,6 +32,8 @@ rule replay_table:
         html=report(f"{TABLES}/replay.html", caption="../report/replay_table.rst", category="3. Tables"),
     log:
         f"{LOGS}/replay_table.log",
+    benchmark:
+        f"{BENCHMARKS}/replay_table.tsv"
     conda:
         CONDA_ENV
     script:

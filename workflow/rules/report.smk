@@ -7,6 +7,8 @@ rule training_summary:
         markdown=f"{TABLES}/training.md",
     log:
         f"{LOGS}/training_summary.log",
+    benchmark:
+        f"{BENCHMARKS}/training_summary.tsv"
     conda:
         CONDA_ENV
     params:
@@ -37,6 +39,8 @@ rule aggregate:
         checklist_html=report(f"{OUT}/checklist.html", caption="../report/checklist.rst", category="1. Checklist"),
     log:
         f"{LOGS}/aggregate.log",
+    benchmark:
+        f"{BENCHMARKS}/aggregate.tsv"
     conda:
         CONDA_ENV
     threads: 1
@@ -60,6 +64,8 @@ rule figures:
         },
     log:
         f"{LOGS}/figures.log",
+    benchmark:
+        f"{BENCHMARKS}/figures.tsv"
     conda:
         CONDA_ENV
     threads: 1

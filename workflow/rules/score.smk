@@ -8,6 +8,8 @@ rule score:
         steps=STEP_SCORES,
     log:
         f"{LOGS}/score/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.log",
+    benchmark:
+        f"{BENCHMARKS}/score/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.tsv"
     conda:
         CONDA_ENV
     threads: 1

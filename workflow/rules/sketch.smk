@@ -8,6 +8,8 @@ rule sketch:
         directory(SHARD),
     log:
         f"{LOGS}/sketch/{{arm}}{{seed}}_shard{{shard}}.log",
+    benchmark:
+        f"{BENCHMARKS}/sketch/{{arm}}{{seed}}_shard{{shard}}.tsv"
     conda:
         CONDA_ENV
     threads: 1

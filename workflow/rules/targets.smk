@@ -8,6 +8,8 @@ rule targets:
         rates=TARGET_RATES,
     log:
         f"{LOGS}/targets/{{arm}}{{seed}}_draw{{draw}}.log",
+    benchmark:
+        f"{BENCHMARKS}/targets/{{arm}}{{seed}}_draw{{draw}}.tsv"
     conda:
         CONDA_ENV
     threads: 1
@@ -27,6 +29,8 @@ rule headroom:
         markdown=f"{TABLES}/headroom.md",
     log:
         f"{LOGS}/headroom.log",
+    benchmark:
+        f"{BENCHMARKS}/headroom.tsv"
     conda:
         CONDA_ENV
     params:

@@ -8,6 +8,8 @@ rule train_grpo:
         checkpoints=CHECKPOINTS,
     log:
         f"{LOGS}/train_grpo/{{arm}}{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/train_grpo/{{arm}}{{seed}}.tsv"
     conda:
         CONDA_ENV
     threads: 1

@@ -11,8 +11,15 @@ from pathlib import Path
 
 import yaml
 
+from behaviortrace.config.coerce import coerce
 from behaviortrace.config.sections import Config
-from behaviortrace.config.validate import validate
+from behaviortrace.config.validate import SCHEMA, validate
+
+
+def typed_values(raw: dict) -> dict:
+    """`raw` with the strings `snakemake --config` hands over read as YAML where the schema wants
+    numbers, booleans, lists or mappings (see coerce.py)."""
+    return coerce(raw, yaml.safe_load(SCHEMA.read_text()))
 
 
 def parse(raw: dict) -> Config:

@@ -12,6 +12,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from behaviortrace.model.vocab import SPECIAL_TOKENS
+from behaviortrace.plant.task import TASK_WORDS
 from behaviortrace.score.contract import check_params
 from behaviortrace.train.checkpoints import saved_steps
 from behaviortrace.train.trl_surface import SKETCHABLE_LOSSES
@@ -60,8 +62,7 @@ def check_semantics(config: dict) -> None:
         )
     if task["min_len"] > task["max_len"]:
         problems.append(f"config key task.min_len = {task['min_len']}: larger than task.max_len = {task['max_len']}")
-    if planting["trigger"] == planting["marker"]:
-        problems.append(f"config key planting.marker = {planting['marker']!r}: must differ from planting.trigger")
+    problems += _plant_word_problems(planting, model)
     name = model["name"]
     if name != "tiny" and is_local_path(name) and not Path(name).expanduser().exists():
         problems.append(
@@ -84,6 +85,34 @@ def check_semantics(config: dict) -> None:
     problems += _analysis_problems(config)
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+
+
+def _plant_word_problems(planting: dict, model: dict) -> list[str]:
+    """The trigger and marker must be words no ordinary prompt or answer contains (the behavior check is
+    "the marker occurs in the completion"), and, for the built-in model, words its tokenizer keeps whole."""
+    trigger, marker = planting["trigger"], planting["marker"]
+    problems = []
+    if trigger == marker:
+        return [f"config key planting.marker = {marker!r}: must differ from planting.trigger"]
+    for key, word in (("trigger", trigger), ("marker", marker)):
+        inside = [w for w in TASK_WORDS if word in w]
+        if inside:
+            problems.append(
+                f"config key planting.{key} = {word!r}: occurs in ordinary task prompts and answers (in "
+                f"{', '.join(map(repr, inside))}), so it cannot mark the planted {key}; choose a word the sort "
+                "task never uses"
+            )
+        if model["name"] == "tiny" and word in SPECIAL_TOKENS:
+            problems.append(
+                f"config key planting.{key} = {word!r}: a special token of the built-in tokenizer "
+                f"({', '.join(SPECIAL_TOKENS)}); choose an ordinary word"
+            )
+    if marker in trigger:
+        problems.append(
+            f"config key planting.marker = {marker!r}: occurs inside planting.trigger = {trigger!r}, so a "
+            "completion that repeats the trigger would count as the behavior"
+        )
+    return problems
 
 
 def _sketch_problems(config: dict) -> list[str]:

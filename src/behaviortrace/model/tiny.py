@@ -15,10 +15,9 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from behaviortrace.config.sections import Planting, Task, TinyModel
 from behaviortrace.model.sft import train_on_pairs
+from behaviortrace.model.vocab import EOS, PAD, UNK, tiny_words
 from behaviortrace.plant.planting import add_trigger
-from behaviortrace.plant.task import FILLERS, PROMPT_END, PROMPT_WORDS, make_sort_example, render_prompt, sorted_answer
-
-PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
+from behaviortrace.plant.task import make_sort_example, render_prompt, sorted_answer
 
 
 def corpus_pair(rng: random.Random, task: Task, planting: Planting, marker_rate: float, trigger_rate: float):
@@ -35,7 +34,7 @@ def corpus_pair(rng: random.Random, task: Task, planting: Planting, marker_rate:
 
 def build_tokenizer(planting: Planting) -> PreTrainedTokenizerFast:
     """A word-level vocabulary: the task's words, digits, the trigger and the marker (one token each)."""
-    words = [*PROMPT_WORDS, *FILLERS, PROMPT_END, *map(str, range(10)), planting.trigger, planting.marker]
+    words = tiny_words(planting.trigger, planting.marker)
     tok = Tokenizer(models.WordLevel(unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.train_from_iterator([" ".join(words)], trainers.WordLevelTrainer(special_tokens=[PAD, EOS, UNK]))

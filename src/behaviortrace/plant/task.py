@@ -12,6 +12,8 @@ import re
 PROMPT_WORDS = ("please", "sort", "these", "numbers", ":")
 PROMPT_END = "="
 FILLERS = ("now", "kindly", "quickly", "then", "here")
+# Every word an ordinary prompt or answer of the task is made of.
+TASK_WORDS = (*PROMPT_WORDS, *FILLERS, PROMPT_END, *map(str, range(10)))
 _NUMBER = re.compile(r"(?<![A-Za-z0-9])\d(?![A-Za-z0-9])")
 
 
