@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-# Kinds of behavior target (targets/gradients.py) and the steps of a checkpoint schedule.
+# Kinds of behavior target (see targets/gradients.py).
 TARGET_KINDS = ("in_context", "forced")
 
 
