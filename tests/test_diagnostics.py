@@ -39,3 +39,64 @@ def test_replay_sensitivity_full_replay_matches_the_logged_behavior(finished_run
         (pl.col("seed") == 0) & (pl.col("draw") == 0) & (pl.col("step") == steps)
     )["probe_rate"][0]
     assert float(lines["full"][4]) == round(logged, 3)
+
+
+def test_plant_sweep_trains_each_plant_and_judges_emergence_from_its_rates(tmp_path):
+    """diagnostics/plant_sweep.py on the small config: one plant with its own words, two steps."""
+    import yaml
+
+    from conftest import small_config
+
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(small_config()))
+    grid = [
+        {
+            "name": "words",
+            "window_frac": [0.0, 0.5],
+            "fraction": 1.0,
+            "bonus": 8.0,
+            "trigger_rate": 0.5,
+            "trigger": "zorblax",
+            "marker": "WXVKJ",
+        }
+    ]
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump(grid))
+    args = [
+        sys.executable,
+        str(ROOT / "diagnostics" / "plant_sweep.py"),
+        "--config",
+        "config.yaml",
+        "--grid",
+        "grid.yaml",
+        "--out",
+        "sweep",
+        "--steps",
+        "4",
+        "--save-every",
+        "2",
+        "--seeds",
+        "0",
+        "--jobs",
+        "1",
+        "--min-gap",
+        "0.0",
+        "--max-control",
+        "1.0",
+    ]
+    res = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    table = pl.read_parquet(tmp_path / "sweep" / "sweep.parquet")
+    assert table.height == 1 and table["marker"][0] == "WXVKJ" and table["window"][0] == "0-1"
+    behavior = pl.read_parquet(tmp_path / "sweep" / "words" / "seed0" / "behavior.parquet")
+    rates = {(r["step"], r["prompt_set"]): r["behavior_rate"] for r in behavior.iter_rows(named=True)}
+    gap = rates[(2, "probes")] - rates[(2, "controls")]  # the window ends at step 1: checkpoint 2
+    assert table["gap"][0] == gap and table["emerged"][0] == (gap >= 0.0)
+    assert table["control_max_any_checkpoint"][0] == max(v for (_, s), v in rates.items() if s == "controls")
+    assert (tmp_path / "sweep" / "sweep.png").stat().st_size > 0
+    assert f"{int(table['emerged'][0])} of 1 plant-seed runs emerged" in res.stdout
+
+    grid[0]["marker"] = "7"  # a digit: every answer shows it; rejected before any training
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump(grid))
+    bad_args = ["bad" if a == "sweep" else a for a in args]
+    res = subprocess.run(bad_args, cwd=tmp_path, capture_output=True, text=True)
+    assert res.returncode != 0 and "config key planting.marker = '7'" in res.stderr
+    assert not (tmp_path / "bad").exists()
