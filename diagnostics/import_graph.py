@@ -11,50 +11,18 @@ the arrow), any cycle, and any broken rule.
 
 from __future__ import annotations
 
-import ast
 import sys
-from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "behaviortrace"
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
-
-
-def imports(path: Path, known: set[str]) -> set[str]:
-    """Project modules a file imports anywhere in it (top level or inside functions)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name in known)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for a in node.names:
-                # `from pkg import module` imports the module; `from pkg.module import thing`, pkg.module.
-                submodule = f"{node.module}.{a.name}"
-                if submodule in known:
-                    found.add(submodule)
-                elif node.module in known:
-                    found.add(node.module)
-    # Importing a submodule runs its packages' __init__ files too.
-    for name in list(found):
-        parts = name.split(".")
-        found.update(".".join(parts[:i]) for i in range(1, len(parts)))
-    return found & known
+from behaviortrace.common.imports import imported_modules, module_files
 
 
 def graph(with_packages: bool = True) -> dict[str, set[str]]:
     """Module -> project modules it imports; `with_packages=False` leaves out the package `__init__`
     files (they import nothing, so they cannot close a cycle)."""
-    mods = modules()
+    mods = module_files()
     known = set(mods)
     packages = {name for name, path in mods.items() if path.name == "__init__.py"}
-    edges = {name: imports(path, known) - {name} for name, path in mods.items()}
+    edges = {name: imported_modules(path, known) - {name} for name, path in mods.items()}
     if not with_packages:
         edges = {name: deps - packages for name, deps in edges.items() if name not in packages}
     return edges

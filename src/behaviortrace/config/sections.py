@@ -290,7 +290,3 @@ class Config:
     @property
     def placebo_seeds(self) -> list[int]:
         return list(self.placebo.seeds) if self.placebo.enabled else []
-
-    def estimator_params(self, name: str) -> dict:
-        """An estimator's keyword arguments (its config entry without the reserved step_aggregate)."""
-        return {k: v for k, v in (self.estimators[name] or {}).items() if k != "step_aggregate"}

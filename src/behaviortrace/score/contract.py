@@ -8,7 +8,6 @@ runs, so that editing an estimator or any project module it depends on reruns ex
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import importlib
 import inspect
@@ -23,13 +22,13 @@ import numpy as np
 import polars as pl
 
 import behaviortrace.estimators as estimators_package
+from behaviortrace.common.imports import PACKAGE_ROOT, imported_modules, module_files, module_name
 from behaviortrace.score.view import SeedView, Target
 
 log = logging.getLogger(__name__)
 AGGREGATES = ("sum", "mean", "max")
 # Config keys of an estimator entry that are not arguments of its score function.
 RESERVED = ("step_aggregate",)
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
 @runtime_checkable
@@ -141,36 +140,18 @@ def step_table(view: SeedView, rollout_scores: np.ndarray, aggregate: str, varia
     return out.with_columns(score_summed=pl.Series(summed))
 
 
-def _project_imports(path: Path) -> set[Path]:
-    """Files of this package that a module imports (by absolute `behaviortrace.` import)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        for name in names:
-            if name == "behaviortrace" or not name.startswith("behaviortrace."):
-                continue
-            base = PACKAGE_ROOT.joinpath(*name.split(".")[1:])
-            for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-                if candidate.is_file():
-                    found.add(candidate)
-    return found
-
-
 def dependencies(name: str) -> list[Path]:
     """The estimator's module, this module (which runs it), and every project module either imports,
     transitively."""
-    todo, seen = [module_path(name), Path(__file__).resolve()], set()
+    files = module_files()
+    known = set(files)
+    todo, seen = [module_name(module_path(name)), module_name(Path(__file__))], set()
     while todo:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        todo.extend(_project_imports(path) - seen)
-    return sorted(seen)
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(imported_modules(files[module], known) - seen)
+    return sorted(files[m] for m in seen)
 
 
 def source_digest(name: str) -> str:

@@ -1,0 +1,40 @@
+"""Which project modules a source file imports: the one reading of imports behind the score jobs' code
+digest (score/contract.py) and the import-graph check (diagnostics/import_graph.py)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def module_name(path: Path) -> str:
+    parts = Path(path).resolve().relative_to(PACKAGE_ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of the package by dotted name (packages by their `__init__.py`)."""
+    return {module_name(p): p for p in sorted(PACKAGE_ROOT.rglob("*.py"))}
+
+
+def imported_modules(path: Path, known: set[str]) -> set[str]:
+    """Project modules `path` imports anywhere (top level or inside functions), with the packages whose
+    `__init__` files importing them runs."""
+    found = set()
+    for node in ast.walk(ast.parse(Path(path).read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                # `from pkg import module` imports the module; `from pkg.module import thing`, pkg.module.
+                submodule = f"{node.module}.{a.name}"
+                if submodule in known:
+                    found.add(submodule)
+                elif node.module in known:
+                    found.add(node.module)
+    for name in list(found):
+        parts = name.split(".")
+        found.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    return found & known
