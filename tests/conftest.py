@@ -35,7 +35,7 @@ def small_config() -> dict:
     cfg["sketch"].update(k=256, shard_steps=3, chunk_rollouts=5)
     cfg["targets"].update(samples_per_prompt=4)
     cfg["evaluation"]["bootstrap"] = 50
-    cfg["replay"].update(estimators=["gas", "norm"], random_repeats=2)
+    cfg["replay"].update(estimators=["gas", "norm"], random_repeats=2, checkpoints=["window_end", "final"])
     return cfg
 
 

@@ -8,10 +8,12 @@ import polars as pl
 import pytest
 import torch
 
+from behaviortrace.gradients.batch import completion_logps, pad_batch
 from behaviortrace.model import models
 from behaviortrace.replay.removal import k_for, removal_set, top_k
 from behaviortrace.replay.retrain import replay_training
 from behaviortrace.train.trl_surface import group_advantages as replay_advantages
+from behaviortrace.train.trl_surface import optimizer_and_schedule, rollout_losses
 from conftest import typed
 
 # Float32 on one thread: the replay's summation order differs slightly from TRL's shuffled batch.
@@ -61,6 +63,58 @@ def test_full_replay_reproduces_the_logged_weights(run, cpu):
     assert _max_diff(moved[steps[-1]], run["ckpts"][steps[-1]], cpu) > 100 * WEIGHT_TOLERANCE
     no_kl, _ = _replay(run, cpu, grpo={**run["cfg"]["grpo"], "beta": 0.0})
     assert _max_diff(no_kl[steps[-1]], run["ckpts"][steps[-1]], cpu) > 100 * WEIGHT_TOLERANCE
+
+
+def _replay_every_row(run, cpu, grpo, removed, n_steps):
+    """The replay written out plainly: every kept rollout through the model, zero advantages included."""
+    model, tokenizer = models.load(run["ckpts"][0], cpu)
+    optimizer, scheduler = optimizer_and_schedule(model, grpo, cpu)
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.train()
+    for step in range(n_steps):
+        rows = run["rollouts"].filter(pl.col("step") == step).sort("rollout_id")
+        keep = ~rows["rollout_id"].is_in(list(removed)).to_numpy()
+        adv = replay_advantages(rows["reward"].to_numpy(), rows["group_id"].to_numpy(), keep, grpo.scale_rewards)
+        kept = rows.filter(pl.Series(keep))
+        optimizer.zero_grad(set_to_none=False)
+        batch = pad_batch(kept["prompt_ids"].to_list(), kept["completion_ids"].to_list(), tokenizer.pad_token_id)
+        batch["advantages"] = torch.tensor(adv[keep], dtype=torch.float32)
+        logps = completion_logps(model, batch, grpo.temperature)
+        rollout_losses(logps, batch, grpo.loss_type, 0.0, grpo.max_new_tokens).sum().backward()
+        torch.nn.utils.clip_grad_norm_(params, grpo.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def test_without_kl_skipping_zero_advantage_rollouts_changes_nothing_and_the_replay_stops_early(run, cpu):
+    """Without a KL term the replay sends only rollouts with a nonzero advantage through the model; the
+    weights must equal those of a replay that sends every kept rollout, and it stops where it is told."""
+    grpo = typed({**run["cfg"], "grpo": {**run["cfg"]["grpo"], "beta": 0.0}}).grpo
+    # All but one rollout of a group left out: the one left has advantage 0 and is skipped.
+    step1 = run["rollouts"].filter(pl.col("step") == 1).sort("rollout_id")
+    group = step1.filter(pl.col("group_id") == step1["group_id"][0])
+    removed = set(group["rollout_id"].to_list()[1:])
+    keep = ~step1["rollout_id"].is_in(list(removed)).to_numpy()
+    adv = replay_advantages(step1["reward"].to_numpy(), step1["group_id"].to_numpy(), keep, grpo.scale_rewards)
+    assert adv[step1["rollout_id"].to_numpy() == group["rollout_id"][0]][0] == 0 and (adv[keep] != 0).any()
+    model, tokenizer = models.load(run["ckpts"][0], cpu)
+    seen = []
+    replay_training(
+        model,
+        None,
+        run["rollouts"],
+        grpo,
+        removed,
+        cpu,
+        tokenizer.pad_token_id,
+        lambda s, m: seen.append(s),
+        stop_after=grpo.steps - 1,
+    )
+    assert seen == list(range(1, grpo.steps))
+    expected = _replay_every_row(run, cpu, grpo, removed, grpo.steps - 1)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.detach(), expected[name], rtol=0, atol=1e-6, msg=name)
 
 
 def test_advantages_with_nothing_left_out_are_trls(run):

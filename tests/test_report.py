@@ -201,7 +201,8 @@ def test_replay_table_covers_every_seed_and_removal(finished_run, out):
     rp = cfg["replay"]
     per_seed = 1 + len(rp["k_percent"]) * (1 + len(rp["estimators"]) + rp["random_repeats"])
     assert table.select("seed", "method", "pct", "rep").unique().height == len(cfg["seeds"]) * per_seed
-    assert table.height == len(cfg["seeds"]) * per_seed * 2 * 2  # window end and last step, probes and controls
+    # each measured checkpoint (window end, last step) for probes and controls
+    assert table.height == len(cfg["seeds"]) * per_seed * len(rp["checkpoints"]) * 2
     full = table.filter(pl.col("method") == "full")
     assert (full["n_removed"] == 0).all() and (full["change"] == 0).all()
     assert full["weight_diff"].max() <= 1e-5  # the full replay reproduces the logged checkpoints

@@ -60,10 +60,13 @@ STEP_LOG = f"{SEED_DIR}/steps.parquet"
 CHECKPOINTS = f"{SEED_DIR}/checkpoints.json"
 BEHAVIOR = f"{SEED_DIR}/behavior.parquet"
 SHARD = f"{SEED_DIR}/sketch/shard{{shard}}.zarr"
+SKETCH_MATRIX = f"{SEED_DIR}/sketch/matrix.npy"
 TARGET_STORE = f"{SEED_DIR}/targets/draw{{draw}}.zarr"
 TARGET_RATES = f"{SEED_DIR}/targets/draw{{draw}}_rates.parquet"
 SCORES = f"{SEED_DIR}/scores/{{estimator}}/draw{{draw}}_{{target}}.parquet"
 STEP_SCORES = f"{SEED_DIR}/scores/{{estimator}}/draw{{draw}}_{{target}}_steps.parquet"
+# What an estimator with a `prepare` function computes once per seed for all its score jobs.
+PREPARED = f"{SEED_DIR}/scores/{{estimator}}/prepared.npz"
 METRICS = f"{SEED_DIR}/metrics/draw{{draw}}.parquet"
 REPLAY = f"{OUT}/seed{{seed}}/replay/{{method}}_k{{pct}}_r{{rep}}.parquet"
 # Replays retrain planted seeds only.
@@ -101,6 +104,11 @@ def shard_paths(wildcards):
 
 def score_target_input(wildcards):
     return [] if wildcards.target == "none" else TARGET_STORE.format(**wildcards)
+
+
+def prepared_input(wildcards):
+    """The estimator's per-seed preparation, for estimators that have one (trak's Gram matrix)."""
+    return PREPARED.format(**wildcards) if _estimators.prepares(wildcards.estimator) else []
 
 
 def score_files(wildcards):

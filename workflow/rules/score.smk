@@ -1,8 +1,32 @@
+# Temporary: only the estimator's own score jobs read it, and they rerun together with it.
+rule prepare:
+    input:
+        shards=shard_paths,
+        rollouts=ROLLOUTS,
+        matrix=SKETCH_MATRIX,
+    output:
+        temp(PREPARED),
+    log:
+        f"{LOGS}/prepare/{{arm}}{{seed}}_{{estimator}}.log",
+    benchmark:
+        f"{BENCHMARKS}/prepare/{{arm}}{{seed}}_{{estimator}}.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    params:
+        config=estimator_config,
+        code=estimator_code,
+    script:
+        "../scripts/prepare.py"
+
+
 rule score:
     input:
         shards=shard_paths,
         rollouts=ROLLOUTS,
         target=score_target_input,
+        matrix=SKETCH_MATRIX,
+        prepared=prepared_input,
     output:
         rollouts=SCORES,
         steps=STEP_SCORES,

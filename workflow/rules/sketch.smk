@@ -19,3 +19,21 @@ rule sketch:
         config=config_for("sketch", "grpo", "planting", "model", "compute"),
     script:
         "../scripts/sketch.py"
+
+
+# Every score job of a seed reads this one uncompressed, memory-mapped copy of the seed's sketches
+# (k x 4 bytes per rollout). It is kept: remade, it would make every estimator's scores look out of date.
+rule sketch_matrix:
+    input:
+        shards=shard_paths,
+    output:
+        SKETCH_MATRIX,
+    log:
+        f"{LOGS}/sketch_matrix/{{arm}}{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/sketch_matrix/{{arm}}{{seed}}.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    script:
+        "../scripts/sketch_matrix.py"

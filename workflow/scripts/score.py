@@ -14,6 +14,8 @@ score_job(
     draw=int(w.draw),
     shards=[Path(p) for p in sm.input.shards],
     rollouts=Path(sm.input.rollouts),
+    sketch_matrix=Path(sm.input.matrix),
+    prepared=Path(sm.input.prepared) if sm.input.prepared else None,
     target_store=Path(sm.input.target) if sm.input.target else None,
     out_rollouts=Path(sm.output.rollouts),
     out_steps=Path(sm.output.steps),

@@ -179,6 +179,7 @@ class Replay:
     k_percent: list[int]
     random_repeats: int
     seed: int
+    checkpoints: list[str]  # window_end and/or final: where each replay measures the behavior (and stops)
 
 
 @dataclass(frozen=True)

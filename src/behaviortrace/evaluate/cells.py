@@ -47,13 +47,14 @@ def strata_masks(rollouts: pl.DataFrame, window: list[int], probe_rate: np.ndarr
     }
 
 
-def bootstrap_weights(clusters: np.ndarray, n_boot: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row weights [1 + n_boot, n] (first row: the point estimate) and cluster weights [1 + n_boot, clusters]."""
+def bootstrap_weights(clusters: np.ndarray, n_boot: int, seed: int) -> tuple[M.Weights, np.ndarray]:
+    """Row weights of 1 + n_boot replicates (the first: the point estimate), kept per cluster (see M.Weights),
+    and the cluster weights [1 + n_boot, clusters]."""
     ids, inverse = np.unique(clusters, return_inverse=True)
     rng = np.random.default_rng(seed)
     counts = rng.multinomial(len(ids), np.full(len(ids), 1 / len(ids)), size=n_boot).astype(np.float64)
     cluster_w = np.vstack([np.ones(len(ids)), counts])
-    return cluster_w[:, inverse], cluster_w
+    return M.Weights(cluster_w.T, inverse), cluster_w
 
 
 class Cell:
@@ -67,16 +68,16 @@ class Cell:
         self.groups = self.steps * 1_000_000 + sub["group_id"].to_numpy()
         self.fluency = fluency[mask]
         self.zero_advantage = int((sub["label"] & (sub["advantage"] == 0)).sum())
-        self.row_w, self.group_w = bootstrap_weights(self.groups, n_boot, seed) if mask.any() else (None, None)
+        self.weights, self.group_w = bootstrap_weights(self.groups, n_boot, seed) if mask.any() else (None, None)
 
     @cached_property
     def chance(self) -> np.ndarray:
-        return M.chance(self.labels, self.row_w)
+        return M.chance(self.labels, self.weights)
 
     @cached_property
     def step_ceiling(self) -> np.ndarray:
         """Best precision at |GT| when a step's rollouts share one score (depends on no estimator)."""
-        return M.ceiling(self.steps, self.labels, self.row_w)
+        return M.ceiling(self.steps, self.labels, self.weights)
 
     @cached_property
     def step_chance_band(self) -> np.ndarray:
@@ -86,17 +87,25 @@ class Cell:
         pos = np.bincount(block, weights=self.labels, minlength=len(steps))
         cnt = np.bincount(block, minlength=len(steps)).astype(float)
         rng = np.random.default_rng(self.seed)
-        lifts = [
-            M.fill_blocks(pos[order], cnt[order])
-            for order in [np.arange(len(steps))] + [rng.permutation(len(steps)) for _ in range(len(self.row_w) - 1)]
-        ]
-        lifts = np.array(lifts) / (pos.sum() / cnt.sum())
+        orders = [np.arange(len(steps))] + [rng.permutation(len(steps)) for _ in range(self.weights.replicates - 1)]
+        lifts = M.fill_blocks(pos[orders], cnt[orders]) / (pos.sum() / cnt.sum())
         lifts[0] = lifts[1:].mean()  # the point value: the null's mean (1 in expectation)
         return lifts
 
     @cached_property
     def rollout_ceiling(self) -> np.ndarray:
-        return M.ceiling(np.arange(self.n), self.labels, self.row_w)
+        return M.ceiling(np.arange(self.n), self.labels, self.weights)
+
+    @cached_property
+    def step_of_row(self) -> tuple[np.ndarray, np.ndarray]:
+        """Distinct steps and each row's index among them, to spread step scores over rows."""
+        return np.unique(self.steps, return_inverse=True)
+
+    def per_row(self, step: pl.DataFrame, column: str) -> np.ndarray:
+        """The step table's `column` at each row's step."""
+        value_of = dict(zip(step["step"].to_list(), step[column].to_list(), strict=False))
+        steps, inverse = self.step_of_row
+        return np.array([value_of[s] for s in steps.tolist()])[inverse]
 
     @property
     def n(self) -> int:
@@ -121,8 +130,7 @@ def _rows(key: dict, named: dict[str, tuple[np.ndarray, int]]) -> list[dict]:
     return out
 
 
-def precision_metrics(cell: Cell, scores: np.ndarray, ceiling: np.ndarray) -> dict:
-    precision = M.precision_at_gt(scores, cell.labels, cell.row_w)
+def precision_metrics(cell: Cell, precision: np.ndarray, ceiling: np.ndarray) -> dict:
     chance = cell.chance
     with np.errstate(invalid="ignore", divide="ignore"):
         return {
@@ -135,12 +143,9 @@ def precision_metrics(cell: Cell, scores: np.ndarray, ceiling: np.ndarray) -> di
 
 
 def rollout_metrics(cell: Cell, scores: np.ndarray, fluency_match: float, min_matched_pairs: int) -> dict:
-    w = cell.row_w
-    out = {
-        "auroc": (M.auroc(scores, cell.labels, w), cell.n),
-        "average_precision": (M.average_precision(scores, cell.labels, w), cell.n),
-    }
-    out.update(precision_metrics(cell, scores, cell.rollout_ceiling))
+    ranking = M.ranking_metrics(scores, cell.labels, cell.weights)
+    out = {"auroc": (ranking["auroc"], cell.n), "average_precision": (ranking["average_precision"], cell.n)}
+    out.update(precision_metrics(cell, ranking["precision_at_gt"], cell.rollout_ceiling))
     conc, total, _ = M.pair_counts(scores, cell.labels, cell.groups)
     out["within_group_auc"] = (M.within_group_auc(conc, total, cell.group_w), int(total.sum()))
     resid = M.residualize_on_fluency(scores, cell.fluency, cell.groups)
@@ -221,15 +226,15 @@ def evaluate(
             rows += _rows(
                 {**key, "level": "rollout"}, rollout_metrics(cell, roll_scores, fluency_match, min_matched_pairs)
             )
-            step_of = dict(zip(step["step"].to_list(), step["score"].to_list(), strict=False))
-            step_scores = np.array([step_of[s] for s in cell.steps])
-            step_metrics = precision_metrics(cell, step_scores, cell.step_ceiling)
+            step_scores = cell.per_row(step, "score")
+            step_precision = M.precision_at_gt(step_scores, cell.labels, cell.weights)
+            step_metrics = precision_metrics(cell, step_precision, cell.step_ceiling)
             step_metrics["lift_chance_band"] = (cell.step_chance_band, cell.n)
             rows += _rows({**key, "level": "step"}, step_metrics)
             summed = dict(zip(step["step"].to_list(), step["score_summed"].to_list(), strict=False))
             if not np.isnan(list(summed.values())).all():
-                summed_scores = np.array([summed[s] for s in cell.steps])
-                summed_metrics = precision_metrics(cell, summed_scores, cell.step_ceiling)
+                summed_precision = M.precision_at_gt(cell.per_row(step, "score_summed"), cell.labels, cell.weights)
+                summed_metrics = precision_metrics(cell, summed_precision, cell.step_ceiling)
                 summed_metrics["lift_chance_band"] = (cell.step_chance_band, cell.n)
                 rows += _rows({**key, "level": "step_summed"}, summed_metrics)
         if token is not None:
@@ -267,10 +272,10 @@ def token_metrics(cell: Cell, base: dict, token: dict) -> list[dict]:
         use = np.isfinite(b) & np.isfinite(z)
         if not use.any():
             continue
-        w = cell.row_w * use
+        weight = cell.weights.sums(use.astype(np.float64))[0]
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean_b = (w * np.nan_to_num(b)).sum(1) / w.sum(1)
-            mean_z = (w * np.nan_to_num(z)).sum(1) / w.sum(1)
+            mean_b = cell.weights.sums(use * np.nan_to_num(b))[0] / weight
+            mean_z = cell.weights.sums(use * np.nan_to_num(z))[0] / weight
         n = int(use.sum())
         rows += _rows(
             {**base, "estimator": "behavior_tokens", "target": kind, "level": "token"},

@@ -1,14 +1,56 @@
 """Ranking metrics against a binary ground truth, tie-aware and weighted.
 
-Every metric takes scores, labels and a matrix of row weights [B, n] (B bootstrap replicates; one row
-of ones for the point estimate) and returns B values, so a cluster bootstrap is one vectorized call.
-Ties are handled exactly: AUCs count a tied pair as one half; precision at |GT| is its expectation
+Every metric takes scores, labels and bootstrap weights of the rows, B replicates (one of them all ones for
+the point estimate), and returns B values, so a cluster bootstrap is one vectorized call. The weights are a
+row-weight matrix [B, n] or, without ever building that matrix, a `Weights` (cluster weights and each row's
+cluster). Ties are handled exactly: AUCs count a tied pair as one half; precision at |GT| is its expectation
 over the random orders of tied rows; average precision takes a block of tied rows at once.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+
+class Weights:
+    """Row weights of B bootstrap replicates kept per cluster: `by_cluster` [clusters, B] and each row's cluster.
+
+    A cluster bootstrap gives all rows of a cluster one weight, so the [B, n] matrix of row weights repeats
+    columns; weighted sums are taken over (segment, cluster) pairs instead, which never builds that matrix.
+    """
+
+    def __init__(self, by_cluster: np.ndarray, cluster: np.ndarray):
+        self.by_cluster = np.ascontiguousarray(by_cluster, dtype=np.float64)
+        self.cluster = np.asarray(cluster)
+
+    @classmethod
+    def of(cls, weights: Weights | np.ndarray) -> Weights:
+        """`weights` itself, or a row-weight matrix [B, n] as Weights (each row its own cluster)."""
+        if isinstance(weights, Weights):
+            return weights
+        weights = np.asarray(weights, dtype=np.float64)
+        return cls(weights.T, np.arange(weights.shape[1]))
+
+    @property
+    def replicates(self) -> int:
+        return self.by_cluster.shape[1]
+
+    def take(self, rows: np.ndarray) -> Weights:
+        """The weights of some rows only (no copy of the cluster weights)."""
+        return Weights(self.by_cluster, self.cluster[rows])
+
+    def sums(self, values: np.ndarray, segment: np.ndarray | None = None, n_segments: int = 1) -> np.ndarray:
+        """Weighted sums of `values` [n] over the rows of each segment (ids 0..n_segments-1; default: one
+        segment of all rows), [n_segments, B]. Rows of one cluster in one segment are added up first."""
+        n_clusters, n_boot = self.by_cluster.shape
+        segment = np.zeros(len(values), dtype=np.int64) if segment is None else segment
+        pairs, inverse = np.unique(segment * n_clusters + self.cluster, return_inverse=True)
+        per_pair = np.bincount(inverse, weights=values, minlength=len(pairs))
+        pair_segment, pair_cluster = np.divmod(pairs, n_clusters)
+        # One bincount over (segment, replicate) cells adds all replicates at once.
+        cell = (pair_segment[:, None] * n_boot + np.arange(n_boot)).ravel()
+        weighted = (self.by_cluster[pair_cluster] * per_pair[:, None]).ravel()
+        return np.bincount(cell, weights=weighted, minlength=n_segments * n_boot).reshape(n_segments, n_boot)
 
 
 def _levels(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -19,102 +61,141 @@ def _levels(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, starts
 
 
-def _per_level(values: np.ndarray, order: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Sum of values [B, n] over each tie block, [B, L]."""
-    return np.add.reduceat(values[:, order], starts, axis=1)
+def level_sums(scores, labels, weights) -> tuple[np.ndarray, np.ndarray]:
+    """GT weight and all weight per tie level in ascending score order, [levels, B] each.
 
-
-def auroc(scores, labels, weights) -> np.ndarray:
+    Runs of levels without GT are merged into one level: they add nothing to AUROC, precision at |GT| or
+    average precision but their weight below (or above) the GT levels, which merging keeps. On real data
+    that leaves a few thousand levels instead of one per row.
+    """
+    w = Weights.of(weights)
     order, starts = _levels(scores)
-    pos = _per_level(weights * labels, order, starts)
-    neg = _per_level(weights * (1 - labels), order, starts)
-    below = np.cumsum(neg, axis=1) - neg
+    sizes = np.diff(np.r_[starts, len(order)])
+    level = np.empty(len(order), dtype=np.int64)
+    level[order] = np.repeat(np.arange(len(starts)), sizes)
+    gt = labels != 0
+    has_gt = np.bincount(level[gt], minlength=len(starts)) > 0
+    # A merged level starts at every GT level and right after it (and at the first level).
+    merged = np.cumsum(has_gt | np.r_[True, has_gt[:-1]]) - 1
+    n_merged = int(merged[-1]) + 1 if len(merged) else 0
+    pos = w.take(gt).sums(labels[gt], merged[level[gt]], n_merged)
+    cnt = w.sums(np.ones(len(order)), merged[level], n_merged)
+    return pos, cnt
+
+
+def _descending(scores, labels, weights, ascending=None) -> tuple[np.ndarray, np.ndarray]:
+    """level_sums in descending score order; the ascending sums reversed, unless NaN scores (which argsort
+    puts last in both directions) make the two orders differ."""
+    if ascending is not None and not np.isnan(scores).any():
+        return ascending[0][::-1], ascending[1][::-1]
+    return level_sums(-scores, labels, weights)
+
+
+def _auroc(pos, cnt) -> np.ndarray:
+    neg = cnt - pos
+    below = np.cumsum(neg, axis=0) - neg
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (pos * (below + 0.5 * neg)).sum(1) / (pos.sum(1) * neg.sum(1))
+        return (pos * (below + 0.5 * neg)).sum(0) / (pos.sum(0) * neg.sum(0))
 
 
-def precision_at_gt(scores, labels, weights) -> np.ndarray:
-    """Expected precision of the top m rows (m = weighted GT count), ties broken at random."""
-    order, starts = _levels(-scores)
-    pos = _per_level(weights * labels, order, starts)
-    cnt = _per_level(weights, order, starts)
-    m = pos.sum(1, keepdims=True)
-    before_cnt = np.cumsum(cnt, axis=1) - cnt
+def _precision_at_gt(pos, cnt) -> np.ndarray:
+    m = pos.sum(0)
+    before_cnt = np.cumsum(cnt, axis=0) - cnt
     # Rows of each block that fall inside the top m, and the share of the block's GT they carry.
     taken = np.clip(m - before_cnt, 0, cnt)
     with np.errstate(invalid="ignore", divide="ignore"):
         gained = np.where(cnt > 0, pos * taken / np.where(cnt > 0, cnt, 1), 0.0)
-        return gained.sum(1) / m[:, 0]
+        return gained.sum(0) / m
+
+
+def _average_precision(pos, cnt) -> np.ndarray:
+    cum_cnt, cum_pos = np.cumsum(cnt, axis=0), np.cumsum(pos, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        prec = np.where(cum_cnt > 0, cum_pos / np.where(cum_cnt > 0, cum_cnt, 1), 0.0)
+        return (prec * pos).sum(0) / pos.sum(0)
+
+
+def auroc(scores, labels, weights) -> np.ndarray:
+    return _auroc(*level_sums(scores, labels, weights))
+
+
+def precision_at_gt(scores, labels, weights) -> np.ndarray:
+    """Expected precision of the top m rows (m = weighted GT count), ties broken at random."""
+    return _precision_at_gt(*_descending(scores, labels, weights))
 
 
 def average_precision(scores, labels, weights) -> np.ndarray:
     """Sum over score thresholds of precision x recall gained; a block of ties enters at once."""
-    order, starts = _levels(-scores)
-    pos = _per_level(weights * labels, order, starts)
-    cnt = _per_level(weights, order, starts)
-    cum_cnt, cum_pos = np.cumsum(cnt, axis=1), np.cumsum(pos, axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        prec = np.where(cum_cnt > 0, cum_pos / np.where(cum_cnt > 0, cum_cnt, 1), 0.0)
-        return (prec * pos).sum(1) / pos.sum(1)
+    return _average_precision(*_descending(scores, labels, weights))
+
+
+def ranking_metrics(scores, labels, weights) -> dict[str, np.ndarray]:
+    """AUROC, average precision and precision at |GT| from one computation of the level sums (the costly part)."""
+    ascending = level_sums(scores, labels, weights)
+    descending = _descending(scores, labels, weights, ascending)
+    return {
+        "auroc": _auroc(*ascending),
+        "average_precision": _average_precision(*descending),
+        "precision_at_gt": _precision_at_gt(*descending),
+    }
 
 
 def chance(labels, weights) -> np.ndarray:
+    w = Weights.of(weights)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (weights * labels).sum(1) / weights.sum(1)
+        return w.sums(labels)[0] / w.sums(np.ones(len(labels)))[0]
 
 
 def ceiling(tie_blocks: np.ndarray, labels, weights) -> np.ndarray:
     """Best precision at |GT| any score could reach when rows of a block must share a score
     (every row its own block at rollout level; a step's rollouts one block at step level)."""
+    w = Weights.of(weights)
     _, block = np.unique(tie_blocks, return_inverse=True)
+    if len(np.unique(block * len(w.by_cluster) + w.cluster)) == block.max() + 1:
+        # Every block lies within one cluster, so its purity is the same in each replicate that weighs it
+        # (and a block without weight adds nothing): blocks of equal purity merge, which leaves few to sort.
+        unweighted = np.bincount(block, weights=labels) / np.bincount(block)
+        _, block = np.unique(unweighted[block], return_inverse=True)
     n_blocks = block.max() + 1
-    pos = np.zeros((weights.shape[0], n_blocks))
-    cnt = np.zeros_like(pos)
-    for b in range(weights.shape[0]):
-        pos[b] = np.bincount(block, weights=weights[b] * labels, minlength=n_blocks)
-        cnt[b] = np.bincount(block, weights=weights[b], minlength=n_blocks)
+    pos = w.sums(labels, block, n_blocks).T  # [B, blocks]
+    cnt = w.sums(np.ones(len(block)), block, n_blocks).T
     with np.errstate(invalid="ignore", divide="ignore"):
         purity = np.where(cnt > 0, pos / np.where(cnt > 0, cnt, 1), -1.0)
-    out = np.empty(weights.shape[0])
-    for b in range(weights.shape[0]):
-        best = np.argsort(-purity[b], kind="stable")
-        out[b] = fill_blocks(pos[b, best], cnt[b, best])
-    return out
+    best = np.argsort(-purity, axis=1, kind="stable")
+    return fill_blocks(np.take_along_axis(pos, best, 1), np.take_along_axis(cnt, best, 1))
 
 
-def fill_blocks(pos: np.ndarray, cnt: np.ndarray) -> float:
-    """Precision of the top m rows when blocks are taken whole in the given order (the last one in part)."""
-    m = pos.sum()
-    if m <= 0:
-        return float("nan")
-    before = np.cumsum(cnt) - cnt
-    taken = np.clip(m - before, 0, cnt)
-    share = np.where(cnt > 0, pos / np.where(cnt > 0, cnt, 1), 0.0)
-    return float((share * taken).sum() / m)
-
-
-def _group_rows(groups: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Sorted group ids and the row indices of each group."""
-    ids, inverse = np.unique(groups, return_inverse=True)
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.flatnonzero(np.r_[True, np.diff(inverse[order]) != 0, True])
-    return ids, [order[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=False)]
+def fill_blocks(pos: np.ndarray, cnt: np.ndarray) -> np.ndarray:
+    """Precision of the top m rows when blocks are taken whole in the given order (the last one in part);
+    blocks along the last axis, NaN where there is no GT."""
+    m = pos.sum(-1)
+    before = np.cumsum(cnt, -1) - cnt
+    taken = np.clip(m[..., None] - before, 0, cnt)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(cnt > 0, pos / np.where(cnt > 0, cnt, 1), 0.0)
+        return np.where(m > 0, (share * taken).sum(-1) / m, np.nan)
 
 
 def pair_counts(scores, labels, groups, fluency=None, max_gap: float = np.inf):
     """Per group: concordant GT-vs-other pairs (ties count one half) and all such pairs, and group ids.
     With `fluency`, only pairs whose fluency differs by at most `max_gap` (matched pairs)."""
-    ids, members = _group_rows(groups)
+    ids, inverse = np.unique(groups, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    sizes = np.bincount(inverse)
+    first = np.cumsum(sizes) - sizes  # where each group's rows start in `order`
     conc, total = np.zeros(len(ids)), np.zeros(len(ids))
-    for g, rows in enumerate(members):
-        y = labels[rows].astype(bool)
-        sp, sn = scores[rows][y][:, None], scores[rows][~y][None, :]
-        close = np.ones((sp.shape[0], sn.shape[1]), bool)
+    # Groups of one size form a [groups, size] block of rows, so all their pairs are compared at once.
+    for size in np.unique(sizes):
+        of_size = np.flatnonzero(sizes == size)
+        rows = order[first[of_size, None] + np.arange(size)]
+        y, s = labels[rows].astype(bool), scores[rows]
+        pair = y[:, :, None] & ~y[:, None, :]  # [group, GT row, other row]
         if fluency is not None:
             f = fluency[rows]
-            close = np.abs(f[y][:, None] - f[~y][None, :]) <= max_gap
-        conc[g] = ((sp > sn) & close).sum() + 0.5 * ((sp == sn) & close).sum()
-        total[g] = close.sum()
+            pair &= np.abs(f[:, :, None] - f[:, None, :]) <= max_gap
+        above, tied = s[:, :, None] > s[:, None, :], s[:, :, None] == s[:, None, :]
+        conc[of_size] = (above & pair).sum((1, 2)) + 0.5 * (tied & pair).sum((1, 2))
+        total[of_size] = pair.sum((1, 2))
     return conc, total, ids
 
 

@@ -27,9 +27,18 @@ log = logging.getLogger(__name__)
 
 
 def replay_training(
-    model, ref_model, rollouts: pl.DataFrame, grpo: Grpo, removed: set[int], device: dict, pad_id: int, on_step_end=None
+    model,
+    ref_model,
+    rollouts: pl.DataFrame,
+    grpo: Grpo,
+    removed: set[int],
+    device: dict,
+    pad_id: int,
+    on_step_end=None,
+    stop_after: int | None = None,
 ) -> dict:
-    """Replay every logged step on `model` (the step-0 weights) with `removed` rollout ids left out.
+    """Replay the logged steps on `model` (the step-0 weights) with `removed` rollout ids left out, up to
+    step `stop_after` (all of training when None).
 
     `on_step_end(step_done, model)` is called after each optimizer step (step_done = 1, 2, ...), for the
     behavior measurements. Returns per-step grad norms, for the faithfulness check.
@@ -39,7 +48,8 @@ def replay_training(
     model.train()
     by_step = rollouts.sort("rollout_id").partition_by("step", as_dict=True, maintain_order=True)
     grad_norms, started = [], time.time()
-    for step in range(grpo.steps):
+    n_steps = grpo.steps if stop_after is None else min(stop_after, grpo.steps)
+    for step in range(n_steps):
         rows = by_step[(step,)]
         keep = ~rows["rollout_id"].is_in(list(removed)).to_numpy()
         adv = group_advantages(rows["reward"].to_numpy(), rows["group_id"].to_numpy(), keep, grpo.scale_rewards)
@@ -48,24 +58,39 @@ def replay_training(
         if kept.height:
             batch = pad_batch(kept["prompt_ids"].to_list(), kept["completion_ids"].to_list(), pad_id)
             batch["advantages"] = torch.tensor(adv[keep], dtype=torch.float32)
+            # Normalized as the whole kept batch, as TRL does; without a KL term a rollout with advantage 0
+            # adds exactly nothing to the loss, so only the others go through the model (same padding).
+            num_items, n_rows = int(batch["completion_mask"].sum()), kept.height
+            if not grpo.beta:
+                batch = {key: value[batch["advantages"] != 0] for key, value in batch.items()}
             batch = batch_to(batch, device["device"])
-            logps = completion_logps(model, batch, grpo.temperature)
-            ref = None
-            if grpo.beta:
-                with torch.no_grad():
-                    ref = completion_logps(ref_model, batch, grpo.temperature)
-            loss = rollout_losses(logps, batch, grpo.loss_type, grpo.beta, grpo.max_new_tokens, ref).sum()
-            loss.backward()
+            if len(batch["advantages"]):
+                logps = completion_logps(model, batch, grpo.temperature)
+                ref = None
+                if grpo.beta:
+                    with torch.no_grad():
+                        ref = completion_logps(ref_model, batch, grpo.temperature)
+                loss = rollout_losses(
+                    logps,
+                    batch,
+                    grpo.loss_type,
+                    grpo.beta,
+                    grpo.max_new_tokens,
+                    ref,
+                    num_items=num_items,
+                    n_rows=n_rows,
+                ).sum()
+                loss.backward()
         grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, grpo.max_grad_norm)))
         optimizer.step()
         scheduler.step()
         if on_step_end is not None:
             on_step_end(step + 1, model)
-        if (step + 1) % 20 == 0 or step + 1 == grpo.steps:
+        if (step + 1) % 20 == 0 or step + 1 == n_steps:
             log.info(
                 "replayed step %d/%d (%d of %d rollouts kept); %.1f s",
                 step + 1,
-                grpo.steps,
+                n_steps,
                 kept.height,
                 rows.height,
                 time.time() - started,

@@ -37,8 +37,8 @@ def replay_job(
     controls_path: Path,
     out: Path,
 ) -> pl.DataFrame:
-    """Replay one seed with one removal set; behavior rates at the window's end and the last step,
-    sampled as targets draw 0 samples them."""
+    """Replay one seed with one removal set; behavior rates at `replay.checkpoints` (the window's end, the
+    last step), sampled as targets draw 0 samples them. The replay stops at the last step it measures."""
     grpo, planting, targets = cfg.grpo, cfg.planting, cfg.targets
     device = devices.resolve(cfg.compute)
     prompt_sets = {"probes": pl.read_parquet(probes_path), "controls": pl.read_parquet(controls_path)}
@@ -49,7 +49,11 @@ def replay_job(
     ckpts = {c["step"]: Path(c["path"]) for c in json.loads(Path(checkpoints_path).read_text())["checkpoints"]}
     model, tokenizer = models.load(ckpts[0], device)
     ref = models.load(base_model, device)[0].eval() if grpo.beta else None
-    window_end, last = min(planting.window_end + 1, grpo.steps), grpo.steps
+    # The step after which each checkpoint is measured; where the window ends at the last step, one name.
+    window_end = min(planting.window_end + 1, grpo.steps)
+    measured = {grpo.steps: "final"} if "final" in cfg.replay.checkpoints else {}
+    if "window_end" in cfg.replay.checkpoints:
+        measured[window_end] = "window_end"
     log.info(
         "seed %d, %s k=%d%% of |GT| (repetition %d): leaving out %d rollouts, %d of them GT (|GT| = %d)",
         seed,
@@ -63,7 +67,7 @@ def replay_job(
     rows, checks = [], {}
 
     def measure(step_done: int, m) -> None:
-        if step_done not in (window_end, last):
+        if step_done not in measured:
             return
         m.eval()
         with torch.no_grad():
@@ -77,9 +81,7 @@ def replay_job(
                 grpo.sampling,
                 targets.draw_seed(0),
             ):
-                rows.append(
-                    {"checkpoint": "window_end" if step_done == window_end else "final", "step": step_done, **r}
-                )
+                rows.append({"checkpoint": measured[step_done], "step": step_done, **r})
         if method == "full" and step_done in ckpts:
             checks[step_done] = weight_difference(m, ckpts[step_done], device)
             log.info(
@@ -95,7 +97,9 @@ def replay_job(
             rows[-1]["behavior_rate"],
         )
 
-    replay_training(model, ref, rollouts, grpo, removed, device, tokenizer.pad_token_id, on_step_end=measure)
+    replay_training(
+        model, ref, rollouts, grpo, removed, device, tokenizer.pad_token_id, measure, stop_after=max(measured)
+    )
     table = pl.DataFrame(rows).with_columns(
         seed=pl.lit(seed),
         method=pl.lit(method),

@@ -2,8 +2,9 @@
 
 An estimator is a module in `behaviortrace.estimators` named after it that satisfies `Estimator`.
 `load` finds it, `check_params` checks a config entry against its `score` signature (at workflow
-parse time), `run` scores one seed and target, and `source_digest` fingerprints the code a score job
-runs, so that editing an estimator or any project module it depends on reruns exactly its jobs.
+parse time), `prepare` runs its optional per-seed preparation, `run` scores one seed and target, and
+`source_digest` fingerprints the code a score job runs, so that editing an estimator or any project
+module it depends on reruns exactly its jobs.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import hashlib
 import importlib
 import inspect
 import logging
+import os
 import pkgutil
 import time
 from pathlib import Path
@@ -29,6 +31,8 @@ log = logging.getLogger(__name__)
 AGGREGATES = ("sum", "mean", "max")
 # Config keys of an estimator entry that are not arguments of its score function.
 RESERVED = ("step_aggregate",)
+# Arguments of a score function that the contract fills in, never the config.
+SUPPLIED = ("prepared",)
 
 
 @runtime_checkable
@@ -39,6 +43,10 @@ class Estimator(Protocol):
     `target` a Target, or None when USES_TARGET is False; `params` the estimator's config entry.
     An optional `step_score(view, target, **params)` gives a step-level variant, one score per step
     in ascending step order.
+
+    An optional `prepare(view, **params) -> dict[str, np.ndarray]` computes, once per seed, what every
+    score job of the seed would otherwise compute for itself (it must not depend on the target or the
+    draw); `score` and `step_score` then get it as their `prepared` argument.
     """
 
     USES_TARGET: bool  # False for controls that use no target
@@ -79,7 +87,7 @@ def check_params(name: str, params: dict) -> list[str]:
         module = load(name)
     except (ValueError, TypeError) as err:
         return [f"config key estimators.{name}: {err}"]
-    accepted = set(list(inspect.signature(module.score).parameters)[2:]) | set(RESERVED)
+    accepted = (set(list(inspect.signature(module.score).parameters)[2:]) - set(SUPPLIED)) | set(RESERVED)
     problems = [
         f"config key estimators.{name}.{key}: not a parameter of {name} (accepted: {', '.join(sorted(accepted))})"
         for key in sorted(set(params) - accepted)
@@ -104,13 +112,56 @@ def score_keys(estimators: dict[str, dict], target_kinds: list[str]) -> list[tup
     return keys
 
 
-def run(name: str, params: dict, view: SeedView, target: Target | None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Score one seed against one target: a rollout table and a step table, both checked."""
+def prepares(name: str) -> bool:
+    """Whether the estimator has a per-seed `prepare` step."""
+    return hasattr(load(name), "prepare")
+
+
+def _arguments(params: dict | None) -> dict:
+    return {k: v for k, v in (params or {}).items() if k not in RESERVED}
+
+
+def prepare(name: str, params: dict, view: SeedView) -> dict[str, np.ndarray]:
+    """The estimator's per-seed preparation (see Estimator), as named arrays."""
     module = load(name)
-    kwargs = {k: v for k, v in (params or {}).items() if k not in RESERVED}
+    if not hasattr(module, "prepare"):
+        raise ValueError(f"estimator {name} has no prepare function")
+    started = time.time()
+    prepared = {key: np.asarray(value) for key, value in module.prepare(view, **_arguments(params)).items()}
+    log.info("%s: prepared %s in %.1f s", name, ", ".join(sorted(prepared)), time.time() - started)
+    return prepared
+
+
+def save_prepared(prepared: dict[str, np.ndarray], path: Path) -> None:
+    """Uncompressed .npz, written under a temporary name and renamed when complete."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as handle:
+        np.savez(handle, **prepared)
+    os.replace(tmp, path)
+
+
+def load_prepared(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as data:
+        return {key: data[key] for key in data.files}
+
+
+def run(
+    name: str, params: dict, view: SeedView, target: Target | None, prepared: dict[str, np.ndarray] | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Score one seed against one target: a rollout table and a step table, both checked.
+
+    An estimator with a `prepare` step gets `prepared` (the saved result of `prepare` for this seed and
+    config entry), or prepares here when it is None.
+    """
+    module = load(name)
+    kwargs = _arguments(params)
     if module.USES_TARGET and target is None:
         raise ValueError(f"estimator {name} needs a target")
     started = time.time()
+    if hasattr(module, "prepare"):
+        kwargs["prepared"] = prepared if prepared is not None else prepare(name, params, view)
     scores = np.asarray(module.score(view, target, **kwargs), dtype=np.float64)
     if scores.shape != (view.rollouts.height,):
         raise ValueError(f"estimator {name} returned shape {scores.shape}, expected ({view.rollouts.height},)")

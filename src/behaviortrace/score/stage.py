@@ -1,13 +1,29 @@
-"""Rule score: one estimator's scores for one seed, draw and target kind."""
+"""Rules prepare and score: an estimator's per-seed preparation, and its scores for one seed, draw and
+target kind."""
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 
 from behaviortrace.common.io import atomic_write_parquet
 from behaviortrace.config.sections import Config
 from behaviortrace.score import contract
 from behaviortrace.score.view import SeedView, Target
+
+log = logging.getLogger(__name__)
+
+
+def prepare_job(
+    cfg: Config, *, estimator: str, shards: list[Path], rollouts: Path, sketch_matrix: Path, out: Path
+) -> None:
+    """Run `estimator`'s prepare function once for the seed and save what it returns."""
+    started = time.time()
+    view = SeedView(shards, rollouts, sketch_matrix)
+    prepared = contract.prepare(estimator, cfg.estimators[estimator], view)
+    contract.save_prepared(prepared, out)
+    log.info("%s prepared for %d rollouts in %.1f s: %s", estimator, view.rollouts.height, time.time() - started, out)
 
 
 def score_job(
@@ -18,13 +34,16 @@ def score_job(
     draw: int,
     shards: list[Path],
     rollouts: Path,
+    sketch_matrix: Path | None,
+    prepared: Path | None,
     target_store: Path | None,
     out_rollouts: Path,
     out_steps: Path,
 ) -> None:
     """Run `estimator` (its config entry from `cfg.estimators`) and write its rollout and step scores."""
-    view = SeedView(shards, rollouts)
+    view = SeedView(shards, rollouts, sketch_matrix)
     tgt = Target.load(target_store, target, draw) if target != "none" else None
-    roll, steps = contract.run(estimator, cfg.estimators[estimator], view, tgt)
+    ready = contract.load_prepared(prepared) if prepared is not None else None
+    roll, steps = contract.run(estimator, cfg.estimators[estimator], view, tgt, prepared=ready)
     atomic_write_parquet(roll, out_rollouts)
     atomic_write_parquet(steps, out_steps)

@@ -7,12 +7,23 @@ import numpy as np
 
 
 def step_sums(view, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per step (ascending), the sum of the step's rows of `vectors`, and the row index of each step's first row."""
+    """Per step (ascending), the sum of the step's rows of `vectors` (accumulated in float64), and the row
+    index of each step's first row."""
     steps = view.rollouts["step"].to_numpy()
     uniq, first = np.unique(steps, return_index=True)
-    order = np.argsort(steps, kind="stable")
-    starts = np.searchsorted(steps[order], uniq)
-    return np.add.reduceat(vectors[order], starts, axis=0).astype(np.float64), first
+    if not np.all(steps[1:] >= steps[:-1]):  # the sketch stores keep rows in step order; others are sorted
+        order = np.argsort(steps, kind="stable")
+        vectors, steps = vectors[order], steps[order]
+    bounds = np.r_[np.searchsorted(steps, uniq), len(steps)]
+    sums = [
+        np.asarray(vectors[a:b], dtype=np.float64).sum(axis=0) for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
+    return np.stack(sums), first
+
+
+def row_norms(matrix: np.ndarray) -> np.ndarray:
+    """L2 norm of every row, accumulated in float64."""
+    return np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64))
 
 
 def target_inner(matrix: np.ndarray, target, idx: np.ndarray) -> np.ndarray:
@@ -22,7 +33,7 @@ def target_inner(matrix: np.ndarray, target, idx: np.ndarray) -> np.ndarray:
 
 def target_cosine(matrix: np.ndarray, target, idx: np.ndarray) -> np.ndarray:
     """Cosine of each row with its target vector; 0 where either is zero."""
-    norms = np.linalg.norm(matrix, axis=1).astype(np.float64)
-    t_norms = np.linalg.norm(target.vectors, axis=1).astype(np.float64)[idx]
+    norms = row_norms(matrix)
+    t_norms = row_norms(target.vectors)[idx]
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.nan_to_num(target_inner(matrix, target, idx) / (norms * t_norms), nan=0.0, posinf=0.0, neginf=0.0)

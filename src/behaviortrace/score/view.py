@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 import zarr
 
-from behaviortrace.sketch.store import open_store, read_steps
+from behaviortrace.sketch.store import open_matrix, open_store, read_steps
 
 ROLLOUT_COLUMNS = [
     "seed",
@@ -38,9 +38,13 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 
 class SeedView:
-    """One seed: the rollout log (in sketch-row order) and the per-rollout arrays of its sketch shards."""
+    """One seed: the rollout log (in sketch-row order) and the per-rollout arrays of its sketch shards.
 
-    def __init__(self, shard_paths: list[Path], rollouts_path: Path):
+    With `sketch_matrix` (the seed's stacked sketches, sketch/store.py `write_matrix`) the sketches are
+    memory-mapped from it instead of decompressed from every shard.
+    """
+
+    def __init__(self, shard_paths: list[Path], rollouts_path: Path, sketch_matrix: Path | None = None):
         self.shard_paths = [Path(p) for p in shard_paths]
         self.stores = [open_store(p) for p in self.shard_paths]
         ids = np.concatenate([g["rollout_id"][:] for g in self.stores])
@@ -49,6 +53,8 @@ class SeedView:
         if self.rollouts["step"].null_count():
             raise ValueError(f"{rollouts_path}: sketched rollouts missing from the rollout log")
         self.attrs = dict(self.stores[0].attrs)
+        if sketch_matrix is not None:
+            self._arrays["sketch"] = open_matrix(sketch_matrix, len(ids))
 
     @classmethod
     def from_arrays(cls, rollouts: pl.DataFrame, arrays: dict[str, np.ndarray], steps: pl.DataFrame) -> SeedView:

@@ -18,7 +18,7 @@ from behaviortrace.model import models
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.sketch.sketcher import StepSketcher
-from behaviortrace.sketch.store import ShardWriter
+from behaviortrace.sketch.store import ShardWriter, write_matrix
 
 log = logging.getLogger(__name__)
 SELF_CHECK_TOLERANCE = 1e-3
@@ -143,3 +143,10 @@ def _self_check(sketcher: StepSketcher, model, rows, num_items: int, arrays) -> 
             "some parameter's use escapes the per-example capture"
         )
     return rel
+
+
+def matrix_job(*, shards: list[Path], out: Path) -> None:
+    """Stack one seed's shard sketches into the memory-mappable matrix every score job reads."""
+    started = time.time()
+    n, k = write_matrix(shards, out)
+    log.info("%d sketches of width %d stacked into %s in %.1f s", n, k, out, time.time() - started)

@@ -8,6 +8,7 @@ stale work from other inputs is thrown away.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -109,8 +110,8 @@ def open_store(path: Path) -> zarr.Group:
     return group
 
 
-def read_rows(paths: list[Path], with_sketches: bool = True) -> tuple[dict[str, np.ndarray], dict]:
-    """Rows of several shard stores of one seed, concatenated in step order, and their shared attributes."""
+def open_seed(paths: list[Path]) -> tuple[list[zarr.Group], dict]:
+    """The finished shard stores of one seed, checked to share one sketch map, and their attributes."""
     groups = [open_store(p) for p in paths]
     attrs = dict(groups[0].attrs)
     for g, p in zip(groups, paths, strict=False):
@@ -119,6 +120,12 @@ def read_rows(paths: list[Path], with_sketches: bool = True) -> tuple[dict[str, 
                 raise ValueError(
                     f"{p}: attribute {key} differs from {paths[0]} ({g.attrs.get(key)} vs {attrs.get(key)})"
                 )
+    return groups, attrs
+
+
+def read_rows(paths: list[Path], with_sketches: bool = True) -> tuple[dict[str, np.ndarray], dict]:
+    """Rows of several shard stores of one seed, concatenated in step order, and their shared attributes."""
+    groups, attrs = open_seed(paths)
     names = [n for n in ROW_ARRAYS if with_sketches or ROW_ARRAYS[n][1] != "k"]
     rows = {n: np.concatenate([g[n][:] for g in groups]) for n in names}
     return rows, attrs
@@ -128,3 +135,37 @@ def read_steps(paths: list[Path]) -> pl.DataFrame:
     return pl.concat(
         [pl.DataFrame({n: open_store(p)[f"steps/{n}"][:] for n in STEP_ARRAYS if n != "done"}) for p in paths]
     ).sort("step")
+
+
+def write_matrix(paths: list[Path], out: Path, name: str = "sketch", rows_per_read: int = 4096) -> tuple[int, int]:
+    """One seed's `name` rows (shards in the given order) as one uncompressed float32 .npy file.
+
+    Every score job of a seed reads the same sketches; memory-mapped, this file is decoded once and its
+    pages are shared by jobs running side by side, where each job would otherwise decompress every
+    shard and copy it into memory of its own. Written under a temporary name and renamed when complete.
+    """
+    groups, attrs = open_seed(paths)
+    n, k = sum(g[name].shape[0] for g in groups), int(groups[0][name].shape[1])
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    matrix = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, k))
+    row = 0
+    for g in groups:
+        array = g[name]
+        for start in range(0, array.shape[0], rows_per_read):
+            block = array[start : start + rows_per_read]
+            matrix[row : row + len(block)] = block
+            row += len(block)
+    matrix.flush()
+    del matrix
+    os.replace(tmp, out)
+    return n, k
+
+
+def open_matrix(path: Path, n_rows: int) -> np.ndarray:
+    """A seed's stacked matrix, memory-mapped read-only; its row count must match the shards'."""
+    matrix = np.load(path, mmap_mode="r")
+    if matrix.ndim != 2 or matrix.shape[0] != n_rows:
+        raise ValueError(f"{path}: shape {matrix.shape} does not match the {n_rows} rows of its shards; rerun its job")
+    return matrix

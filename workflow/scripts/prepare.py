@@ -1,0 +1,16 @@
+"""Rule prepare: what one estimator computes once per seed for all its score jobs (trak: the Gram matrix)."""
+
+from pathlib import Path
+
+from behaviortrace.common.job import start
+from behaviortrace.score.stage import prepare_job
+
+sm = snakemake  # noqa: F821
+prepare_job(
+    start(sm),
+    estimator=sm.wildcards.estimator,
+    shards=[Path(p) for p in sm.input.shards],
+    rollouts=Path(sm.input.rollouts),
+    sketch_matrix=Path(sm.input.matrix),
+    out=Path(sm.output[0]),
+)
