@@ -12,24 +12,24 @@ run: $(VENV)/.installed
 	$(VENV)/bin/snakemake --cores all
 	$(VENV)/bin/snakemake --report results/default/report.html
 
-test: lint $(VENV)/.installed browser
+test: lint $(VENV)/.installed-test browser
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
 	VENV=$(VENV) tests/slurm/run_cluster.sh
 
 # Style and workflow checks (ruff, snakefmt, Snakemake's own linter); fast, and part of make test.
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/snakefmt --check Snakefile workflow/rules
 	$(VENV)/bin/snakemake --lint
 
 # The test suite alone.
-pytest: $(VENV)/.installed browser
+pytest: $(VENV)/.installed-test browser
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
 
 # A reduced pipeline on a throwaway single-node SLURM cluster on this machine (installs and starts
 # SLURM and munge; needs root and apt-get). See tests/slurm/run_cluster.sh.
-test-slurm: $(VENV)/.installed
+test-slurm: $(VENV)/.installed-test
 	VENV=$(VENV) tests/slurm/run_cluster.sh
 
 # Headless Chromium renders the HTML report in a test (Debian's package; needs root or sudo once).
@@ -39,10 +39,14 @@ browser:
 	@chromium --version
 
 # torch first and pinned, so that pip never resolves an unpinned (multi-GB CUDA) build on its own.
+# `make run` needs the package and its runtime dependencies only; the test tools come with `make test`.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet torch==2.13.0
+	$(VENV)/bin/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(VENV)/bin/pip install --quiet -e ".[test]"
 	touch $@
 

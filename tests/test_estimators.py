@@ -8,7 +8,7 @@ import torch
 
 from behaviortrace.estimators import trak
 from behaviortrace.evaluate.cells import evaluate
-from behaviortrace.evaluate.inputs import token_cosines
+from behaviortrace.evaluate.inputs import token_cosine_table, token_cosines, token_cosines_from_table
 from behaviortrace.model import models
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.score import contract as estimators
@@ -226,3 +226,10 @@ def test_token_cosines_follow_the_direction_the_marker_was_pushed():
     assert np.allclose(behavior_cos[usable], 1.0)
     assert np.isnan(behavior_cos[~usable]).all() and np.isnan(null_cos[~usable]).all()
     assert abs(np.nanmean(null_cos)) < 0.2
+    # The token_cosines rule writes them as a table; evaluate reads back the same arrays.
+    table = token_cosine_table(view, {"in_context": target})
+    back = token_cosines_from_table(table, view)["in_context"]
+    np.testing.assert_array_equal(back[0], behavior_cos)
+    np.testing.assert_array_equal(back[1], null_cos)
+    with pytest.raises(ValueError, match="do not match"):
+        token_cosines_from_table(table.reverse(), view)

@@ -13,7 +13,7 @@ import pytest
 import torch
 import zarr
 
-from behaviortrace.gradients.batch import completion_logps, step_batch
+from behaviortrace.gradients.batch import completion_logits, completion_logps, fluency, step_batch
 from behaviortrace.model import models
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.sketch.maps import SketchMap
@@ -94,6 +94,30 @@ def test_behavior_token_sketch_is_zero_exactly_without_a_marker_token(small_run,
     ).sum().backward()
     want, _ = smap.sketch_dense({n: p.grad for n, p in model.named_parameters()})
     assert torch.allclose(torch.from_numpy(out[step]["behavior_sketch"][i]), want, rtol=1e-4, atol=1e-9)
+
+
+def test_without_kl_zero_advantage_rollouts_skip_the_backward_and_the_sketches_still_add_up(small_run, cpu):
+    """Without a KL term a rollout with advantage 0 is not differentiated: its sketch and norm are zero,
+    its fluency is still measured, and the step's sketches still sum to the step gradient's sketch."""
+    cfg = small_run["cfg"]
+    grpo = typed({**cfg, "grpo": {**cfg["grpo"], "beta": 0.0}}).grpo
+    model, tokenizer = models.load(small_run["dir"] / "train" / "checkpoint-0", cpu)
+    marker = cfg["planting"]["marker"]
+    smap = SketchMap.for_model(model, "countsketch", 256, 0)
+    sketcher = StepSketcher(smap, grpo, tokenizer, marker, marker_token_ids(tokenizer, marker), None, chunk=5)
+    rows = small_run["rollouts"].filter(pl.col("step") == 1).sort("rollout_id")
+    rows = rows.with_columns(advantage=pl.when(pl.col("gen_index") == 0).then(0.0).otherwise(pl.col("advantage")))
+    batch = step_batch(rows, tokenizer.pad_token_id)
+    num_items = int(batch["completion_mask"].sum())
+    out = sketcher.sketch_step(model, rows, num_items)
+    zero = rows["advantage"].to_numpy() == 0
+    assert 0 < zero.sum() < len(zero)
+    assert (out["sketch"][zero] == 0).all() and (out["norm"][zero] == 0).all() and (out["norm"][~zero] > 0).all()
+    with torch.no_grad():
+        every_row = fluency(completion_logits(model, batch), batch).numpy()
+    np.testing.assert_allclose(out["fluency"], every_row, rtol=1e-5, atol=1e-6)
+    step_sketch, _ = sketcher.step_gradient_sketch(model, rows, num_items)  # every row, by ordinary autograd
+    assert torch.allclose(torch.from_numpy(out["sketch"]).sum(0), step_sketch, rtol=1e-4, atol=1e-8)
 
 
 KILL_CHILD = """

@@ -68,6 +68,7 @@ STEP_SCORES = f"{SEED_DIR}/scores/{{estimator}}/draw{{draw}}_{{target}}_steps.pa
 # What an estimator with a `prepare` function computes once per seed for all its score jobs.
 PREPARED = f"{SEED_DIR}/scores/{{estimator}}/prepared.npz"
 METRICS = f"{SEED_DIR}/metrics/draw{{draw}}.parquet"
+TOKEN_COSINES = f"{SEED_DIR}/metrics/draw{{draw}}_token_cosines.parquet"
 REPLAY = f"{OUT}/seed{{seed}}/replay/{{method}}_k{{pct}}_r{{rep}}.parquet"
 # Replays retrain planted seeds only.
 PLANTED_ROLLOUTS = f"{OUT}/seed{{seed}}/rollouts.parquet"

@@ -1,9 +1,27 @@
-rule evaluate:
+rule token_cosines:
     input:
         shards=shard_paths,
         rollouts=ROLLOUTS,
         target=TARGET_STORE,
+    output:
+        TOKEN_COSINES,
+    log:
+        f"{LOGS}/token_cosines/{{arm}}{{seed}}_draw{{draw}}.log",
+    benchmark:
+        f"{BENCHMARKS}/token_cosines/{{arm}}{{seed}}_draw{{draw}}.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    script:
+        "../scripts/token_cosines.py"
+
+
+rule evaluate:
+    input:
+        shards=shard_paths,
+        rollouts=ROLLOUTS,
         rates=TARGET_RATES,
+        token_cosines=TOKEN_COSINES,
         scores=score_files,
     output:
         METRICS,

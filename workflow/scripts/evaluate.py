@@ -15,7 +15,7 @@ evaluate_job(
     draw=int(sm.wildcards.draw),
     shards=[Path(p) for p in sm.input.shards],
     rollouts=Path(sm.input.rollouts),
-    target_store=Path(sm.input.target),
+    token_cosines=Path(sm.input.token_cosines),
     rates=Path(sm.input.rates),
     score_files=score_files,
     out=Path(sm.output[0]),

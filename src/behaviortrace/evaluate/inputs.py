@@ -39,3 +39,19 @@ def token_cosines(view: SeedView, targets: dict[str, Target]) -> dict:
         null = np.where(usable & (null_norm > 0), -sign * target_cosine(view.array("null_sketch"), target, idx), np.nan)
         out[kind] = (behavior, null)
     return out
+
+
+def token_cosine_table(view: SeedView, targets: dict[str, Target]) -> pl.DataFrame:
+    """`token_cosines` as a table in view order: rollout_id, then {kind}_behavior and {kind}_null."""
+    columns = {"rollout_id": view.rollouts["rollout_id"]}
+    for kind, (behavior, null) in token_cosines(view, targets).items():
+        columns[f"{kind}_behavior"], columns[f"{kind}_null"] = behavior, null
+    return pl.DataFrame(columns)
+
+
+def token_cosines_from_table(table: pl.DataFrame, view: SeedView) -> dict:
+    """The table written by `token_cosine_table`, back in the form `evaluate` takes, checked against the view."""
+    if not table["rollout_id"].equals(view.rollouts["rollout_id"]):
+        raise ValueError("token cosine table rows do not match the seed's sketch rows; rerun its token_cosines job")
+    kinds = [c.removesuffix("_behavior") for c in table.columns if c.endswith("_behavior")]
+    return {kind: (table[f"{kind}_behavior"].to_numpy(), table[f"{kind}_null"].to_numpy()) for kind in kinds}

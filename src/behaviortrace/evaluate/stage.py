@@ -1,4 +1,4 @@
-"""Rule evaluate: every estimator's metrics for one seed and draw, per level and stratum."""
+"""Rules token_cosines and evaluate: every estimator's metrics for one seed and draw, per level and stratum."""
 
 from __future__ import annotations
 
@@ -10,10 +10,20 @@ import polars as pl
 from behaviortrace.common.io import atomic_write_parquet
 from behaviortrace.config.sections import TARGET_KINDS, Config
 from behaviortrace.evaluate.cells import evaluate, with_ground_truth
-from behaviortrace.evaluate.inputs import probe_rate_per_row, token_cosines
+from behaviortrace.evaluate.inputs import probe_rate_per_row, token_cosine_table, token_cosines_from_table
 from behaviortrace.score.view import SeedView, Target
 
 log = logging.getLogger(__name__)
+
+
+def token_cosines_job(*, draw: int, shards: list[Path], rollouts: Path, target_store: Path, out: Path) -> None:
+    """The behavior-token and null-position cosines of one seed and draw with every target kind: they read
+    the large token sketches but no estimator's scores, so a change of an estimator does not redo them."""
+    view = SeedView(shards, rollouts)
+    targets = {kind: Target.load(target_store, kind, draw) for kind in TARGET_KINDS}
+    table = token_cosine_table(view, targets)
+    atomic_write_parquet(table, out)
+    log.info("token cosines of %d rollouts with %s written to %s", table.height, ", ".join(targets), out)
 
 
 def evaluate_job(
@@ -23,8 +33,8 @@ def evaluate_job(
     draw: int,
     shards: list[Path],
     rollouts: Path,
-    target_store: Path,
     rates: Path,
+    token_cosines: Path,
     score_files: dict[tuple[str, str], tuple[Path, Path]],
     out: Path,
 ) -> None:
@@ -42,7 +52,6 @@ def evaluate_job(
         "eligible with the behavior, placebo" if placebo else "boosted",
         len(scores),
     )
-    targets = {kind: Target.load(target_store, kind, draw) for kind in TARGET_KINDS}
     table = evaluate(
         run=cfg.run,
         seed=seed,
@@ -57,7 +66,7 @@ def evaluate_job(
         eval_seed=evaluation.seed,
         fluency_match=evaluation.fluency_match,
         min_matched_pairs=evaluation.min_matched_pairs,
-        token=token_cosines(view, targets),
+        token=token_cosines_from_table(pl.read_parquet(token_cosines), view),
     )
     atomic_write_parquet(table, out)
     log.info("%d metric rows written to %s", table.height, out)

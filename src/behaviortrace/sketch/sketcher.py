@@ -13,7 +13,7 @@ import polars as pl
 import torch
 
 from behaviortrace.config.sections import Grpo
-from behaviortrace.gradients.batch import batch_to, completion_logits, fluency, rows_of, step_batch, token_logps
+from behaviortrace.gradients.batch import batch_to, completion_logits, fluency, step_batch, token_logps
 from behaviortrace.gradients.per_example import Capture, accumulated_grads
 from behaviortrace.plant.markers import marker_positions
 from behaviortrace.sketch.maps import SketchMap
@@ -100,21 +100,33 @@ class StepSketcher:
         positions = self.positions(rows, full["completion_ids"].shape[1]).to(device)
         null = self.null_positions(rows, positions.cpu(), full["completion_mask"].cpu()).to(device)
         has_marker = positions.sum(1) > 0
+        # Without a KL term a rollout with advantage 0 has a loss share of exactly 0: its sketches and
+        # norms stay zero and only its fluency needs the model (a forward pass without gradients).
+        moved = (full["advantages"] != 0) | bool(self.grpo.beta)
         out = {name: torch.zeros(n, self.smap.k) for name in ("sketch", "behavior_sketch", "null_sketch")}
         out.update({name: torch.zeros(n, dtype=torch.float64) for name in ("norm", "behavior_norm", "null_norm")})
         out["fluency"] = torch.zeros(n)
         model.eval()
         for start in range(0, n, self.chunk):
             stop = min(n, start + self.chunk)
-            batch = rows_of(full, start, stop)
+            active = torch.nonzero(moved[start:stop]).flatten()
+            idle = torch.nonzero(~moved[start:stop]).flatten()
+            if len(idle):
+                batch = {key: value[start:stop][idle] for key, value in full.items()}
+                with torch.no_grad():
+                    out["fluency"][(idle + start).cpu()] = fluency(completion_logits(model, batch), batch).cpu()
+            if not len(active):
+                continue
+            rows = (active + start).cpu()
+            batch = {key: value[start:stop][active] for key, value in full.items()}
             sketch, sq, logits = self.sketch_batch(model, batch, n, num_items)
-            out["sketch"][start:stop] = sketch.cpu()
-            out["norm"][start:stop] = sq.double().sqrt().cpu()
-            out["fluency"][start:stop] = fluency(logits, batch).cpu()
-            marked = torch.nonzero(has_marker[start:stop]).flatten()
+            out["sketch"][rows] = sketch.cpu()
+            out["norm"][rows] = sq.double().sqrt().cpu()
+            out["fluency"][rows] = fluency(logits, batch).cpu()
+            marked = torch.nonzero(has_marker[start:stop] & moved[start:stop]).flatten()
             if len(marked):
                 # Marker positions and null positions of the marked rows, in one pass over both copies.
-                sub = {k: torch.cat([v[marked], v[marked]]) for k, v in batch.items()}
+                sub = {k: torch.cat([v[start:stop][marked], v[start:stop][marked]]) for k, v in full.items()}
                 sub_pos = torch.cat([positions[start:stop][marked], null[start:stop][marked]])
                 sketches, sq, _ = self.sketch_batch(model, sub, n, num_items, sub_pos)
                 idx, m = (marked + start).cpu(), len(marked)
