@@ -43,3 +43,16 @@ def test_rule_files_hold_rules_only_and_scripts_take_paths_from_snakemake():
     for script in (ROOT / "workflow" / "scripts").glob("*.py"):
         text = script.read_text()
         assert "results/" not in text and "snakemake.config" not in text, script
+
+
+def test_the_slurm_profile_sizes_every_rule():
+    """A rule missing from the profile would run on the cluster with the small defaults (60 min, 4 GB)."""
+    import yaml
+
+    rules = {
+        m.group(1)
+        for path in [ROOT / "Snakefile", *(ROOT / "workflow" / "rules").glob("*.smk")]
+        for m in re.finditer(r"^rule (\w+):", path.read_text(), flags=re.M)
+    }
+    profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
+    assert rules - {"all"} == set(profile["set-resources"]), rules ^ set(profile["set-resources"])
