@@ -6,7 +6,10 @@ default 25,600 rollouts, half the default's 51,200 to keep it short):
 - reading the sketches: decompressing every shard's Zarr `sketch` array (each score job did this) vs
   memory-mapping the seed's stacked `sketch/matrix.npy` (written once per seed by `sketch_matrix`);
 - trak: one job computing the Gram matrix and solving in it for both its rollout and its step scores
-  (as each of a seed's trak jobs did) vs the per-seed `prepare` once plus a job that only multiplies;
+  (as each of a seed's trak jobs did) vs the per-seed Gram matrix (`sketch_gram`) and Cholesky factor
+  (`prepare`) once plus a job that only solves two triangular systems and multiplies; and rerunning trak
+  after a change of its code: its prepare jobs recomputing the Gram matrix and inverting (as before) vs
+  only factoring the saved Gram matrix;
 - step sums (gas, tracincp, norm): numpy's reduceat over the matrix vs per-step float64 sums.
 
 Each path's result is checked against the other (same sketches; trak to 1e-3 relative, the two
@@ -29,6 +32,7 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from behaviortrace.estimators import trak  # noqa: E402
+from behaviortrace.sketch import moments  # noqa: E402
 from behaviortrace.sketch.store import ROW_ARRAYS, ShardWriter, open_matrix, read_rows, write_matrix  # noqa: E402
 
 ROLLOUTS_PER_STEP = 256
@@ -108,12 +112,16 @@ def main() -> None:
             return trak.solve_scores(phi, targets, idx, prepared)
 
         old_scores, old_trak_s = timed(old_trak)
-        prepared, prepare_s = timed(lambda: trak.factor(phi, trak.ridge(phi, 0.1), "auto"))
+        (gram, squares), gram_s = timed(lambda: (moments.gram(phi, "features"), moments.squares(phi)))
+        lam = trak.ridge(squares, 0.1)
+        prepared, factor_s = timed(lambda: trak.factor(gram, lam, "primal"))
+        _, inverse_s = timed(lambda: np.linalg.inv(gram + lam * np.eye(len(gram))))
         new_scores, job_s = timed(lambda: (new_trak_job(prepared), new_trak_job(prepared))[0])
         np.testing.assert_allclose(new_scores, old_scores, rtol=1e-3, atol=1e-3 * np.abs(old_scores).max())
         report("trak, one job (Gram inside)", old_trak_s, job_s)
         jobs = 4  # a seed's trak jobs: 2 target kinds x 2 draws
-        report(f"trak, a seed's {jobs} jobs (+ prepare)", jobs * old_trak_s, prepare_s + jobs * job_s)
+        report(f"trak, a seed's {jobs} jobs (+ Gram, prepare)", jobs * old_trak_s, gram_s + factor_s + jobs * job_s)
+        report("trak rerun, a seed's prepare (Gram + inverse vs factor)", gram_s + inverse_s, factor_s)
 
         starts = np.arange(0, len(decoded), ROLLOUTS_PER_STEP)
         old_sums, old_sum_s = timed(lambda: np.add.reduceat(np.asarray(phi), starts, axis=0))

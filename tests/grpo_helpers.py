@@ -12,7 +12,7 @@ import torch
 from behaviortrace.config.sections import Config
 from behaviortrace.model import models
 from behaviortrace.train import grpo
-from behaviortrace.train.stage import finalize
+from behaviortrace.train.stage import capture_factory, finalize
 
 
 class GradSpy(grpo.RolloutLoggingGRPOTrainer):
@@ -29,11 +29,17 @@ class GradSpy(grpo.RolloutLoggingGRPOTrainer):
         return super()._clip_grad_norm(model)
 
 
-def run_training(cfg, base_model_dir, train_prompts, seed, out_dir, device, **kwargs):
+def run_training(cfg, base_model_dir, train_prompts, seed, out_dir, device, capture=False, **kwargs):
+    """Train (with `capture`: also sketch every step inside training, into train/capture/)."""
     torch.set_num_threads(1)
     model, tokenizer = models.load(base_model_dir, device)
     train_dir = Path(out_dir) / "train"
-    info = grpo.train(model, tokenizer, train_prompts, Config.from_dict(cfg), seed, train_dir, device, "test", **kwargs)
+    config = Config.from_dict(cfg)
+    if capture:
+        kwargs["capture_factory"] = capture_factory(
+            config, model, tokenizer, Path(base_model_dir), device, train_dir / "capture", "test"
+        )
+    info = grpo.train(model, tokenizer, train_prompts, config, seed, train_dir, device, "test", **kwargs)
     rollouts = finalize(
         train_dir,
         cfg["grpo"]["steps"],
@@ -63,11 +69,11 @@ class KillAt(TrainerCallback):
 
 cfg = json.loads(Path({cfg_path!r}).read_text())
 run_training(cfg, Path({base!r}), pl.read_parquet({prompts!r}), {seed}, Path({out!r}),
-             resolve(Compute(device="cpu", dtype="float32")), callbacks=(KillAt(),))
+             resolve(Compute(device="cpu", dtype="float32")), capture={capture}, callbacks=(KillAt(),))
 """
 
 
-def train_and_sigkill(cfg, base_model_dir, prompts_path, seed, out_dir, kill_at: int) -> int:
+def train_and_sigkill(cfg, base_model_dir, prompts_path, seed, out_dir, kill_at: int, capture=False) -> int:
     """Train in a child process that SIGKILLs itself right after optimizer step `kill_at`."""
     cfg_path = Path(out_dir) / "cfg.json"
     Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -80,5 +86,6 @@ def train_and_sigkill(cfg, base_model_dir, prompts_path, seed, out_dir, kill_at:
         prompts=str(prompts_path),
         seed=seed,
         out=str(out_dir),
+        capture=capture,
     )
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode

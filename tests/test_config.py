@@ -116,7 +116,6 @@ def test_paper_dag_lists_every_job_without_loading_a_model():
         ("train_grpo", 4),
         ("behavior", 4),
         ("training_summary", 1),
-        ("sketch", 40),
         ("targets", 8),
         ("headroom", 1),
         ("score", 88),
@@ -128,6 +127,9 @@ def test_paper_dag_lists_every_job_without_loading_a_model():
     ):
         assert any(line.split() == [rule, str(count)] for line in out.splitlines()), (rule, out[-2000:])
     assert "results/paper/seed2/rollouts.parquet" in out and "results/paper/placebo0/rollouts.parquet" in out
+    # sketch.mode: train: the training jobs write the sketch stores, so there are no sketch jobs.
+    assert not any(line.split()[:1] == ["sketch"] for line in out.splitlines())
+    assert "results/paper/seed2/sketch/shard009.zarr" in out
 
 
 def test_the_config_parses_into_typed_sections_once_validated():
@@ -191,7 +193,8 @@ def _job_count(out: str, rule: str) -> int:
     [
         ("seeds=[0]", "train_grpo", 2),  # a list of numbers: seed 0 and its placebo run
         ("seeds=[1, 2]", "train_grpo", 3),
-        ('grpo={"steps": 100}', "sketch", 3 * 2 + 2),  # a nested key: 2 shards of 50 steps per run
+        # Nested keys: sketching from checkpoints in 8 shards of 25 steps per run (4 runs).
+        ('sketch={"mode": "checkpoint", "shard_steps": 25}', "sketch", 4 * 8),
         ("targets={'draws': 1}", "evaluate", 4),  # a nested key with YAML's single quotes
         ("placebo={'enabled': false}", "train_grpo", 3),  # a boolean
     ],

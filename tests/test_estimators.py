@@ -14,6 +14,7 @@ from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.score import contract as estimators
 from behaviortrace.score.contract import run as run_estimator
 from behaviortrace.score.view import SeedView, Target
+from behaviortrace.sketch import moments
 from behaviortrace.targets.gradients import _logprob_gradient, forced_items
 
 
@@ -77,10 +78,51 @@ def test_trak_matches_the_formula_through_an_svd(exact_problem):
 def test_trak_primal_and_dual_agree_with_an_explicit_inverse(n, k):
     rng = np.random.default_rng(n)
     phi, targets, idx = rng.normal(size=(n, k)), rng.normal(size=(3, k)), rng.integers(0, 3, n)
-    lam = trak.ridge(phi, 0.1)
+    lam = trak.ridge((phi**2).sum(0), 0.1)
     explicit = np.einsum("nk,nk->n", targets[idx] @ np.linalg.inv(phi.T @ phi + lam * np.eye(k)), phi)
     for form in ("primal", "dual", "auto"):
         assert np.allclose(trak.raw_scores(phi, targets, idx, lam, form), explicit, rtol=1e-8), form
+
+
+def test_cholesky_solve_matches_a_dense_solve():
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(300, 1100))
+    spd, rhs = a.T @ a + 0.5 * np.eye(1100), rng.normal(size=(1100, 4))
+    chol, dense = np.linalg.cholesky(spd), np.linalg.solve(spd, rhs)
+    for block in (7, 512, 2000):  # blocks that do not divide n, the default, and one block
+        solved = trak.cholesky_solve(chol, rhs, block)
+        # condition number ~5e3: agreement to ~1e-12 of the largest value, residuals as small as LAPACK's
+        assert np.allclose(solved, dense, rtol=1e-9, atol=1e-10 * np.abs(dense).max())
+        assert np.abs(spd @ solved - rhs).max() < 10 * max(np.abs(spd @ dense - rhs).max(), 1e-13)
+
+
+@pytest.mark.parametrize("n, k", [(40, 16), (16, 40)])
+def test_trak_prepared_from_a_saved_gram_matrix_scores_as_computed_in_place(n, k, tmp_path):
+    """The workflow's sketch_gram file (smaller side, float32 products) gives the scores of a Gram matrix
+    computed in float64 here, in both forms; rows of zeros do not change them."""
+    rng = np.random.default_rng(n)
+    phi = rng.normal(size=(n, k)).astype(np.float32)
+    phi[::5] = 0  # rollouts without a gradient
+    rollouts = pl.DataFrame(
+        {"rollout_id": np.arange(n), "step": np.arange(n) // 4, "checkpoint_step": np.zeros(n, dtype=int)}
+    )
+    side = moments.smaller_side(n, k)
+    path = tmp_path / "gram.npz"
+    moments.write_moment(moments.gram(phi, side), side, moments.squares(phi), path)
+    saved = SeedView.from_arrays(rollouts, {"sketch": phi}, pl.DataFrame(), sketch_moment=path)
+    assert saved.gram(side) is saved.gram(side)  # read once, not recomputed
+    phi64 = phi.astype(np.float64)
+    assert np.allclose(saved.gram("features"), phi64.T @ phi64, rtol=1e-5, atol=1e-4)
+    assert np.allclose(saved.gram("rollouts"), phi64 @ phi64.T, rtol=1e-5, atol=1e-4)
+    assert np.allclose(saved.squares, (phi64**2).sum(0), rtol=1e-12)
+    targets = Target("in_context", 0, np.array([0]), rng.normal(size=(1, k)), np.ones(1), np.ones(1))
+    lam = trak.ridge((phi64**2).sum(0), 0.1)
+    explicit = phi64 @ np.linalg.solve(phi64.T @ phi64 + lam * np.eye(k), targets.vectors[0])
+    for form in ("auto", "primal", "dual"):
+        scores = trak.score(saved, targets, form=form)
+        assert np.allclose(-scores, explicit, rtol=1e-4, atol=1e-6 * np.abs(explicit).max()), form
+    with pytest.raises(ValueError, match="do not match sketches"):
+        moments.read_moment(path, n + 1, k + 1)
 
 
 def test_step_level_scores(exact_problem):

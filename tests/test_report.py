@@ -195,6 +195,30 @@ def test_checklist_lists_every_item_threshold_and_estimator(finished_run, out, c
         assert f"| {est} |" in text
 
 
+def test_sketch_coverage_verdict_reads_every_captured_step(finished_run, out, checklist):
+    """The small run captures at train time: every step of every store is checked against TRL's gradient,
+    and the verdict reports the worst error over all of them, recomputed here from the stores."""
+    from behaviortrace.report.checklist import FAIL, PASS, sketch_covers
+    from behaviortrace.report.stage import shard_checks
+    from behaviortrace.sketch.store import read_steps
+
+    _, cfg = finished_run
+    stores = sorted(out.glob("seed*/sketch/shard*.zarr"))  # the planted seeds, as the checklist reads them
+    shards = shard_checks(stores)
+    errors = np.concatenate([read_steps([p])["self_check_error"].to_numpy() for p in stores])
+    assert {s["mode"] for s in shards} == {"train"} and np.isfinite(errors).all()
+    for row in checklist["estimators"].values():  # a run-level item: the same verdict in every row
+        item = row["sketch_covers_parameters"]
+        assert item["verdict"] == "pass"
+        assert item["numbers"]["max_self_check_error"] == pytest.approx(errors.max())
+        assert item["numbers"]["checked_steps"] == item["numbers"]["steps"] == len(errors)
+    # A captured store with a step left unchecked fails the item, even with a small error elsewhere.
+    skipped = [dict(shards[0], checked_steps=shards[0]["steps"] - 1)] + shards[1:]
+    assert sketch_covers(skipped, 1e-4).verdict == FAIL
+    assert sketch_covers(shards, 1e-4).verdict == PASS
+    assert sketch_covers(shards, errors.max() / 2).verdict == FAIL
+
+
 def test_replay_table_covers_every_seed_and_removal(finished_run, out):
     _, cfg = finished_run
     table = pl.read_parquet(out / "tables" / "replay.parquet")

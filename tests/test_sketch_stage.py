@@ -131,8 +131,8 @@ from behaviortrace.config.sections import Config
 from behaviortrace.sketch.stage import sketch_shard
 original = sketchstore.ShardWriter.write_step
 calls = []
-def write_then_die(self, step, arrays):
-    original(self, step, arrays)
+def write_then_die(self, step, arrays, info=None):
+    original(self, step, arrays, info)
     calls.append(step)
     if len(calls) == {kill_after}:
         os.kill(os.getpid(), signal.SIGKILL)

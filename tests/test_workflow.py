@@ -32,6 +32,9 @@ def test_every_output_exists_and_is_consistent(finished_run):
             read_rows([out / f"seed{seed}" / "sketch" / f"shard{i:03d}.zarr"], with_sketches=False)[0] for i in range(2)
         ]
         assert np.concatenate([r["rollout_id"] for r in shards]).tolist() == rollouts["rollout_id"].sort().to_list()
+        # Published from the training directory as hard links: no second copy on disk.
+        chunk = next(p for p in (out / f"seed{seed}" / "sketch" / "shard000.zarr" / "sketch").rglob("*") if p.is_file())
+        assert chunk.stat().st_nlink == 2
         for draw in range(cfg["targets"]["draws"]):
             assert open_store(out / f"seed{seed}" / "targets" / f"draw{draw}.zarr")["forced"].shape[0] == len(
                 manifest["checkpoints"]
@@ -81,8 +84,10 @@ def test_each_rule_logs_its_progress(finished_run):
     train_log = (logs / "train_grpo" / "seed0.log").read_text()
     assert "step 6/6" in train_log and "saved checkpoint checkpoint-6" in train_log
     assert "checkpoint 5/5" in (logs / "behavior" / "seed1.log").read_text()
-    sketch_log = (logs / "sketch" / "seed1_shard001.log").read_text()
-    assert "self-check" in sketch_log and "step 5 (checkpoint 4)" in sketch_log and "rollouts/s" in sketch_log
+    # sketch.mode: train (the default): the training job sketches every step and checks it against TRL.
+    assert not (logs / "sketch").exists()
+    seed1_log = (logs / "train_grpo" / "seed1.log").read_text()
+    assert "captured shard 1 (steps 3..5): largest self-check error" in seed1_log and "rollouts/s" in seed1_log
     assert "checkpoint 5/5 (step 6)" in (logs / "targets" / "seed0_draw1.log").read_text()
 
 
@@ -110,7 +115,7 @@ def test_changing_one_estimator_reruns_only_its_scores_and_the_evaluation(finish
     n_draws, n_targets = cfg["targets"]["draws"], len(cfg["evaluation"]["targets"])
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
     expected = {
-        "prepare": n_runs,  # trak's Gram matrix, once per seed (temporary, so made again)
+        "prepare": n_runs,  # trak's factorization, once per seed (temporary, so made again)
         "score": n_runs * n_draws * n_targets,
         "evaluate": n_runs * n_draws,
         "aggregate": 1,
@@ -121,6 +126,25 @@ def test_changing_one_estimator_reruns_only_its_scores_and_the_evaluation(finish
     outputs = [line for line in res.stdout.splitlines() if line.strip().startswith("output:")]
     written = [o for o in outputs if "/scores/" in o and "prepared.npz" not in o]
     assert len(written) == expected["score"] and all("/scores/trak/" in o for o in written)
+
+
+def test_a_finished_run_is_sketched_again_from_its_checkpoints_without_retraining(finished_run):
+    """The README's recipe: checkpoint mode with another k, file times only, the sketch-dependent rules forced."""
+    workdir, cfg = finished_run
+    changed = copy.deepcopy(cfg)
+    changed["sketch"].update(mode="checkpoint", k=128)
+    path = workdir / "resketch.yaml"
+    path.write_text(yaml.safe_dump(changed))
+    res = snakemake(
+        workdir, "-n", "--configfile", str(path), "--rerun-triggers", "mtime", "--forcerun", "sketch", "targets"
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    counts = job_counts(res.stdout + res.stderr)
+    n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
+    n_shards = -(-cfg["grpo"]["steps"] // cfg["sketch"]["shard_steps"])
+    assert counts["sketch"] == n_runs * n_shards and counts["targets"] == n_runs * cfg["targets"]["draws"]
+    assert not {"train_grpo", "base_model", "plant_data", "behavior"} & set(counts)
+    assert counts["sketch_matrix"] == n_runs and counts["evaluate"] == n_runs * cfg["targets"]["draws"]
 
 
 ADDED_ESTIMATOR = '''"""A user's estimator, added by a test: the gradient norm times the rollout's advantage."""
@@ -189,7 +213,8 @@ def test_second_run_has_nothing_to_do(finished_run):
 
 def test_editing_a_shared_estimator_helper_reruns_exactly_the_estimators_that_use_it(finished_run):
     """The score jobs' code digest covers the project modules an estimator imports, not just its own file."""
-    from behaviortrace.score.contract import PACKAGE_ROOT, dependencies
+    from behaviortrace.common.imports import PACKAGE_ROOT
+    from behaviortrace.score.contract import dependencies
 
     workdir, cfg = finished_run
     helper = PACKAGE_ROOT / "score" / "vectors.py"

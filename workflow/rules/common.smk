@@ -61,6 +61,8 @@ CHECKPOINTS = f"{SEED_DIR}/checkpoints.json"
 BEHAVIOR = f"{SEED_DIR}/behavior.parquet"
 SHARD = f"{SEED_DIR}/sketch/shard{{shard}}.zarr"
 SKETCH_MATRIX = f"{SEED_DIR}/sketch/matrix.npy"
+# The Gram matrix of a seed's sketches (on the smaller side), for estimators that prepare (trak).
+SKETCH_GRAM = f"{SEED_DIR}/sketch/gram.npz"
 TARGET_STORE = f"{SEED_DIR}/targets/draw{{draw}}.zarr"
 TARGET_RATES = f"{SEED_DIR}/targets/draw{{draw}}_rates.parquet"
 SCORES = f"{SEED_DIR}/scores/{{estimator}}/draw{{draw}}_{{target}}.parquet"
@@ -68,6 +70,7 @@ STEP_SCORES = f"{SEED_DIR}/scores/{{estimator}}/draw{{draw}}_{{target}}_steps.pa
 # What an estimator with a `prepare` function computes once per seed for all its score jobs.
 PREPARED = f"{SEED_DIR}/scores/{{estimator}}/prepared.npz"
 METRICS = f"{SEED_DIR}/metrics/draw{{draw}}.parquet"
+METRICS_CACHE = f"{SEED_DIR}/metrics/cache/draw{{draw}}"
 TOKEN_COSINES = f"{SEED_DIR}/metrics/draw{{draw}}_token_cosines.parquet"
 REPLAY = f"{OUT}/seed{{seed}}/replay/{{method}}_k{{pct}}_r{{rep}}.parquet"
 # Replays retrain planted seeds only.
@@ -108,7 +111,7 @@ def score_target_input(wildcards):
 
 
 def prepared_input(wildcards):
-    """The estimator's per-seed preparation, for estimators that have one (trak's Gram matrix)."""
+    """The estimator's per-seed preparation, for estimators that have one (trak's factorization)."""
     return PREPARED.format(**wildcards) if _estimators.prepares(wildcards.estimator) else []
 
 
@@ -138,6 +141,40 @@ def replay_scores(wildcards):
     return SCORES.format(
         arm="seed", seed=wildcards.seed, estimator=wildcards.method, draw=CFG.replay.draw, target=target
     )
+
+
+# Who writes the sketch stores: the training job itself with sketch.mode: train (it captures each step
+# at that step's weights; the stores are its outputs, and it is the only job that gets the sketch
+# section), else one sketch job per shard from the saved checkpoints.
+CAPTURE = CFG.sketch.mode == "train"
+TRAIN_SECTIONS = ("grpo", "planting", "task", "compute") + (("sketch", "model") if CAPTURE else ())
+CAPTURED_SHARDS = [directory(p) for p in expand(SHARD, shard=SHARDS, allow_missing=True)] if CAPTURE else []
+
+
+# Scheduling: an estimator's replay is the longest job downstream of its score jobs, so the jobs on its
+# path (the seed's Gram matrix, the estimator's preparation, the score that ranks its rollouts) and the
+# replay itself run before the other ready jobs. Rerunning one replayed estimator then ends with its
+# evaluations, not its replays. Replays that need no scores (full, oracle, random) fill the gaps.
+REPLAY_PRIORITY = 10
+
+
+def replay_priority(wildcards):
+    return 0 if wildcards.method in BUILTIN_REPLAYS else REPLAY_PRIORITY
+
+
+def feeds_replay(wildcards):
+    """Priority of a sketch_gram, prepare or score job: REPLAY_PRIORITY where a replay waits on it."""
+    if wildcards.arm != "seed" or int(wildcards.seed) not in SEEDS:
+        return 0
+    method = getattr(wildcards, "estimator", None)
+    if method is None:  # sketch_gram: every replayed estimator that prepares reads it
+        return REPLAY_PRIORITY if any(_estimators.prepares(m) for m in CFG.replay.estimators) else 0
+    if method not in CFG.replay.estimators:
+        return 0
+    if "target" not in wildcards.keys():  # prepare
+        return REPLAY_PRIORITY
+    wanted = CFG.replay.target if _estimators.uses_target(method) else "none"
+    return REPLAY_PRIORITY if (wildcards.target, int(wildcards.draw)) == (wanted, CFG.replay.draw) else 0
 
 
 REPLAY_FILES = [REPLAY.format(seed=s, method=m, pct=p, rep=r) for s in SEEDS for m, p, r in replay_runs()]

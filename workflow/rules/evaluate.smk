@@ -35,5 +35,7 @@ rule evaluate:
     params:
         config=config_for("run", "evaluation", "planting", "targets"),
         score_keys=SCORE_KEYS,
+        # Not an output: the metrics of each score set, kept between runs (evaluate/cache.py).
+        cache_dir=lambda wildcards: METRICS_CACHE.format(**wildcards),
     script:
         "../scripts/evaluate.py"

@@ -12,6 +12,7 @@ rule replay:
         f"{LOGS}/replay/seed{{seed}}_{{method}}_k{{pct}}_r{{rep}}.log",
     benchmark:
         f"{BENCHMARKS}/replay/seed{{seed}}_{{method}}_k{{pct}}_r{{rep}}.tsv"
+    priority: replay_priority
     conda:
         CONDA_ENV
     threads: 1

@@ -4,12 +4,14 @@ rule prepare:
         shards=shard_paths,
         rollouts=ROLLOUTS,
         matrix=SKETCH_MATRIX,
+        gram=SKETCH_GRAM,
     output:
         temp(PREPARED),
     log:
         f"{LOGS}/prepare/{{arm}}{{seed}}_{{estimator}}.log",
     benchmark:
         f"{BENCHMARKS}/prepare/{{arm}}{{seed}}_{{estimator}}.tsv"
+    priority: feeds_replay
     conda:
         CONDA_ENV
     threads: 1
@@ -34,6 +36,7 @@ rule score:
         f"{LOGS}/score/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.log",
     benchmark:
         f"{BENCHMARKS}/score/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.tsv"
+    priority: feeds_replay
     conda:
         CONDA_ENV
     threads: 1

@@ -1,3 +1,7 @@
+# With sketch.mode: train the training job writes the stores (it is preferred where both could).
+ruleorder: train_grpo > sketch
+
+
 rule sketch:
     input:
         rollouts=ROLLOUTS,
@@ -37,3 +41,21 @@ rule sketch_matrix:
     threads: 1
     script:
         "../scripts/sketch_matrix.py"
+
+
+# Built only for estimators that prepare (rule prepare reads it): rerunning one then factors it only.
+rule sketch_gram:
+    input:
+        matrix=SKETCH_MATRIX,
+    output:
+        SKETCH_GRAM,
+    log:
+        f"{LOGS}/sketch_gram/{{arm}}{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/sketch_gram/{{arm}}{{seed}}.tsv"
+    priority: feeds_replay
+    conda:
+        CONDA_ENV
+    threads: 1
+    script:
+        "../scripts/sketch_gram.py"

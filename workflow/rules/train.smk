@@ -6,6 +6,7 @@ rule train_grpo:
         rollouts=ROLLOUTS,
         steps=STEP_LOG,
         checkpoints=CHECKPOINTS,
+        shards=CAPTURED_SHARDS,
     log:
         f"{LOGS}/train_grpo/{{arm}}{{seed}}.log",
     benchmark:
@@ -16,7 +17,7 @@ rule train_grpo:
     resources:
         gpu=GPU,
     params:
-        config=config_for("grpo", "planting", "task", "compute"),
+        config=config_for(*TRAIN_SECTIONS),
         # Not an output: Snakemake would delete it before a rerun, and the job resumes from it.
         train_dir=lambda wildcards: TRAIN_DIR.format(**wildcards),
     script:

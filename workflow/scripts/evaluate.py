@@ -19,4 +19,5 @@ evaluate_job(
     rates=Path(sm.input.rates),
     score_files=score_files,
     out=Path(sm.output[0]),
+    cache_dir=Path(sm.params.cache_dir),
 )

@@ -1,4 +1,5 @@
-"""Rule prepare: what one estimator computes once per seed for all its score jobs (trak: the Gram matrix)."""
+"""Rule prepare: what one estimator computes once per seed for all its score jobs (trak: the Cholesky
+factor of its regularized Gram matrix)."""
 
 from pathlib import Path
 
@@ -12,5 +13,6 @@ prepare_job(
     shards=[Path(p) for p in sm.input.shards],
     rollouts=Path(sm.input.rollouts),
     sketch_matrix=Path(sm.input.matrix),
+    sketch_gram=Path(sm.input.gram),
     out=Path(sm.output[0]),
 )

@@ -1,4 +1,4 @@
-"""Rule train_grpo: GRPO for one seed, logging every rollout; resumes from its last checkpoint."""
+"""Rule train_grpo: GRPO for one seed, logging (and with sketch.mode: train, sketching) every rollout."""
 
 from pathlib import Path
 
@@ -15,4 +15,5 @@ train_job(
     rollouts_path=Path(sm.output.rollouts),
     steps_path=Path(sm.output.steps),
     manifest_path=Path(sm.output.checkpoints),
+    shards=[Path(p) for p in sm.output.shards],
 )

@@ -1,9 +1,11 @@
-"""Which project modules a source file imports: the one reading of imports behind the score jobs' code
-digest (score/contract.py) and the import-graph check (diagnostics/import_graph.py)."""
+"""Which project modules a source file imports: the one reading of imports behind the code digests (score
+jobs' in score/contract.py, the evaluation cache's in evaluate/cache.py) and the import-graph check
+(diagnostics/import_graph.py)."""
 
 from __future__ import annotations
 
 import ast
+import hashlib
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -38,3 +40,24 @@ def imported_modules(path: Path, known: set[str]) -> set[str]:
         parts = name.split(".")
         found.update(".".join(parts[:i]) for i in range(1, len(parts)))
     return found & known
+
+
+def dependency_files(modules: list[str]) -> list[Path]:
+    """The files of `modules` and of every project module they import, transitively."""
+    files = module_files()
+    known = set(files)
+    todo, seen = list(modules), set()
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(imported_modules(files[module], known) - seen)
+    return sorted(files[m] for m in seen)
+
+
+def code_digest(paths: list[Path]) -> str:
+    """A digest of the source files, independent of where the checkout lies."""
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(path.relative_to(PACKAGE_ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]

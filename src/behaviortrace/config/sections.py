@@ -127,6 +127,7 @@ class Grpo:
 
 @dataclass(frozen=True)
 class Sketch:
+    mode: str  # train: captured inside training at each step's weights; checkpoint: from saved checkpoints
     method: str
     k: int
     seed: int
@@ -287,6 +288,10 @@ class Config:
             if not isinstance(value, NotGiven):
                 out[f.name] = asdict(value) if hasattr(value, "__dataclass_fields__") else value
         return out
+
+    def has(self, section: str) -> bool:
+        """Whether this job was given `section`."""
+        return not isinstance(getattr(self, section), NotGiven)
 
     @property
     def placebo_seeds(self) -> list[int]:

@@ -4,8 +4,8 @@ lambda = lambda_scale x the mean diagonal of Phi^T Phi (0.1 as in the paper). Th
 k x k system; the dual form, (Phi Phi^T + lambda I)^-1 Phi phi_target, an n x n one; `form: auto` takes
 the smaller. Minus the value, as in tracincp: positive means the rollout's update raised the target.
 
-The regularized inverse (primal) or the kernel (dual) depends on the seed's sketches only, so `prepare`
-computes it once per seed and every target kind and draw reuses it.
+The Cholesky factor of Phi^T Phi + lambda I (primal) or Phi Phi^T + lambda I (dual) depends on the seed's
+sketches only, so `prepare` computes it once per seed and every target kind and draw reuses it.
 """
 
 import numpy as np
@@ -14,30 +14,12 @@ from behaviortrace.score.vectors import step_sums
 
 USES_TARGET = True
 STEP_AGGREGATE = "sum"
-ROWS_PER_BLOCK = 8192
+SOLVE_BLOCK = 512
 
 
-def _blocks(phi: np.ndarray):
-    """Row blocks of phi (a memory-mapped matrix is read block by block, never copied whole)."""
-    for start in range(0, phi.shape[0], ROWS_PER_BLOCK):
-        yield np.asarray(phi[start : start + ROWS_PER_BLOCK])
-
-
-def ridge(phi: np.ndarray, lambda_scale: float) -> float:
-    """lambda_scale x the mean diagonal of Phi^T Phi, the squares summed in float64."""
-    total = sum(float(np.square(block, dtype=np.float64).sum()) for block in _blocks(phi))
-    return lambda_scale * total / phi.shape[1]
-
-
-def gram(phi: np.ndarray) -> np.ndarray:
-    """Phi^T Phi in float64: each block's product in Phi's precision, the blocks summed in float64.
-    Rows of zeros (rollouts with no gradient) add nothing and are skipped."""
-    k = phi.shape[1]
-    out = np.zeros((k, k))
-    for block in _blocks(phi):
-        block = block[np.any(block != 0, axis=1)]
-        out += (block.T @ block).astype(np.float64)
-    return out
+def ridge(squares: np.ndarray, lambda_scale: float) -> float:
+    """lambda_scale x the mean diagonal of Phi^T Phi, from the float64 column sums of squares."""
+    return lambda_scale * float(np.sum(squares, dtype=np.float64)) / len(squares)
 
 
 def resolve_form(form: str, n: int, k: int) -> str:
@@ -48,42 +30,61 @@ def resolve_form(form: str, n: int, k: int) -> str:
     return form
 
 
-def factor(phi: np.ndarray, lam: float, form: str) -> dict[str, np.ndarray]:
-    """What the scores need besides the targets: the form, lambda, and (Phi^T Phi + lam I)^-1 (primal) or
-    the kernel Phi Phi^T (dual). The primal inverse is formed once, so each target kind and draw costs
-    one product instead of a k x k solve."""
-    form = resolve_form(form, *phi.shape)
-    if form == "primal":
-        g = gram(phi)
-        return {"form": np.array(form), "lam": np.array(lam), "inverse": np.linalg.inv(g + lam * np.eye(len(g)))}
-    return {"form": np.array(form), "lam": np.array(lam), "kernel": (phi @ phi.T).astype(np.float64)}
+SIDE = {"primal": "features", "dual": "rollouts"}
+
+
+def factor(gram: np.ndarray, lam: float, form: str) -> dict[str, np.ndarray]:
+    """What the scores need besides the targets: the form, lambda, and the Cholesky factor of
+    Phi^T Phi + lam I (primal; `gram` is Phi^T Phi) or of Phi Phi^T + lam I (dual; `gram` is Phi Phi^T).
+    It is formed once per seed, so each target kind and draw costs two triangular solves."""
+    chol = np.linalg.cholesky(gram + lam * np.eye(len(gram)))
+    return {"form": np.array(form), "lam": np.array(lam), "cholesky": chol}
+
+
+def cholesky_solve(chol: np.ndarray, rhs: np.ndarray, block: int = SOLVE_BLOCK) -> np.ndarray:
+    """(L L^T)^-1 rhs for lower-triangular L, by blocked forward and back substitution (numpy has no
+    triangular solver; each diagonal block is small, so solving it as a general system costs little)."""
+    n = len(chol)
+    rhs = np.asarray(rhs, dtype=np.float64)
+    y = np.empty_like(rhs)
+    for a in range(0, n, block):
+        b = min(a + block, n)
+        y[a:b] = np.linalg.solve(chol[a:b, a:b], rhs[a:b] - chol[a:b, :a] @ y[:a])
+    x = np.empty_like(y)
+    for a in reversed(range(0, n, block)):
+        b = min(a + block, n)
+        x[a:b] = np.linalg.solve(chol[a:b, a:b].T, y[a:b] - chol[b:, a:b].T @ x[b:])
+    return x
 
 
 def solve_scores(phi: np.ndarray, targets: np.ndarray, idx: np.ndarray, prepared: dict) -> np.ndarray:
     """[n] values targets[idx[i]]^T (Phi^T Phi + lam I)^-1 phi_i, for a few target vectors targets [C, k].
 
-    Products with Phi run in its own precision (float32 sketches: fast), the rest in float64.
+    Dual form: (Phi^T Phi + lam I)^-1 Phi^T = Phi^T (Phi Phi^T + lam I)^-1, so the values are the rows of
+    (Phi Phi^T + lam I)^-1 Phi targets^T. Products with Phi run in its own precision (float32 sketches:
+    fast), the rest in float64.
     """
-    lam = float(prepared["lam"])
     rows = np.arange(phi.shape[0])
     if str(prepared["form"]) == "primal":
-        weights = prepared["inverse"] @ targets.astype(np.float64).T  # [k, C]; the inverse is symmetric
+        weights = cholesky_solve(prepared["cholesky"], targets.astype(np.float64).T)  # [k, C]
         return (phi @ weights.astype(phi.dtype))[rows, idx].astype(np.float64)
-    # (Phi^T Phi + lam I)^-1 = (I - Phi^T (K + lam I)^-1 Phi) / lam, with K = Phi Phi^T
-    kernel = prepared["kernel"]
     cross = (phi @ targets.T.astype(phi.dtype)).astype(np.float64)  # [n, C]
-    solved = np.linalg.solve(kernel + lam * np.eye(len(kernel)), cross)
-    return (cross[rows, idx] - (kernel @ solved)[rows, idx]) / lam
+    return cholesky_solve(prepared["cholesky"], cross)[rows, idx]
 
 
 def raw_scores(phi: np.ndarray, targets: np.ndarray, idx: np.ndarray, lam: float, form: str) -> np.ndarray:
-    """`solve_scores` with the factorization computed here."""
-    return solve_scores(phi, targets, idx, factor(phi, lam, form))
+    """`solve_scores` with the Gram matrix and its factorization computed here."""
+    form = resolve_form(form, *phi.shape)
+    phi64 = np.asarray(phi, dtype=np.float64)
+    gram = phi64.T @ phi64 if form == "primal" else phi64 @ phi64.T
+    return solve_scores(phi, targets, idx, factor(gram, lam, form))
 
 
 def prepare(view, lambda_scale: float = 0.1, form: str = "auto") -> dict[str, np.ndarray]:
-    phi = view.sketches
-    return factor(phi, ridge(phi, lambda_scale), form)
+    """Lambda and the factorization, from the seed's Gram matrix (which the workflow computes once per
+    seed on the smaller side, so rerunning trak with `form: auto` only factors it)."""
+    form = resolve_form(form, *view.sketches.shape)
+    return factor(view.gram(SIDE[form]), ridge(view.squares, lambda_scale), form)
 
 
 def score(view, target, lambda_scale: float = 0.1, form: str = "auto", prepared=None):

@@ -47,10 +47,14 @@ class Weights:
         pairs, inverse = np.unique(segment * n_clusters + self.cluster, return_inverse=True)
         per_pair = np.bincount(inverse, weights=values, minlength=len(pairs))
         pair_segment, pair_cluster = np.divmod(pairs, n_clusters)
-        # One bincount over (segment, replicate) cells adds all replicates at once.
-        cell = (pair_segment[:, None] * n_boot + np.arange(n_boot)).ravel()
-        weighted = (self.by_cluster[pair_cluster] * per_pair[:, None]).ravel()
-        return np.bincount(cell, weights=weighted, minlength=n_segments * n_boot).reshape(n_segments, n_boot)
+        # Pairs come sorted by segment: one reduceat over their weighted rows adds all replicates at once.
+        weighted = self.by_cluster[pair_cluster]
+        weighted *= per_pair[:, None]
+        out = np.zeros((n_segments, n_boot))
+        if len(pairs):
+            starts = np.flatnonzero(np.r_[True, pair_segment[1:] != pair_segment[:-1]])
+            out[pair_segment[starts]] = np.add.reduceat(weighted, starts, axis=0)
+        return out
 
 
 def _levels(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -9,6 +9,7 @@ import polars as pl
 
 from behaviortrace.common.io import atomic_write_parquet
 from behaviortrace.config.sections import TARGET_KINDS, Config
+from behaviortrace.evaluate.cache import MetricCache, assemble, context_digest
 from behaviortrace.evaluate.cells import evaluate, with_ground_truth
 from behaviortrace.evaluate.inputs import probe_rate_per_row, token_cosine_table, token_cosines_from_table
 from behaviortrace.score.view import SeedView, Target
@@ -37,27 +38,44 @@ def evaluate_job(
     token_cosines: Path,
     score_files: dict[tuple[str, str], tuple[Path, Path]],
     out: Path,
-) -> None:
-    """Metrics of every (estimator, target) score set in `score_files` (rollout and step tables)."""
+    cache_dir: Path | None = None,
+) -> tuple[pl.DataFrame, int]:
+    """Metrics of every (estimator, target) score set in `score_files` (rollout and step tables), and how
+    many score sets came from the cache in `cache_dir` (evaluate/cache.py; None: no cache)."""
     evaluation, placebo = cfg.evaluation, cfg.planting.placebo
     view = SeedView(shards, rollouts)
-    scores = {key: (pl.read_parquet(r), pl.read_parquet(s)) for key, (r, s) in score_files.items()}
     labelled = with_ground_truth(view.rollouts, placebo)
+    fluency = view.fluency
+    cached, keys = {}, {}
+    if cache_dir is not None:
+        context = context_digest(
+            {"config": cfg.to_dict(), "seed": seed, "draw": draw},
+            [rollouts, rates, token_cosines],
+            [view.rollouts["rollout_id"].to_numpy(), fluency],
+        )
+        cache = MetricCache(cache_dir, context)
+        for name, files in score_files.items():
+            keys[name] = cache.key(name, files)
+            table = cache.load(name, keys[name])
+            if table is not None:
+                cached[name] = table
+    scores = {key: (pl.read_parquet(r), pl.read_parquet(s)) for key, (r, s) in score_files.items() if key not in cached}
     log.info(
-        "seed %d draw %d: %d rollouts, %d in the ground truth (%s), %d score sets",
+        "seed %d draw %d: %d rollouts, %d in the ground truth (%s), %d score sets (%d from the cache)",
         seed,
         draw,
         labelled.height,
         int(labelled["label"].sum()),
         "eligible with the behavior, placebo" if placebo else "boosted",
-        len(scores),
+        len(score_files),
+        len(cached),
     )
-    table = evaluate(
+    fresh = evaluate(
         run=cfg.run,
         seed=seed,
         draw=draw,
         rollouts=labelled,
-        fluency=view.fluency,
+        fluency=fluency,
         probe_rate=probe_rate_per_row(view, pl.read_parquet(rates)),
         scores=scores,
         window=cfg.planting.window,
@@ -68,5 +86,11 @@ def evaluate_job(
         min_matched_pairs=evaluation.min_matched_pairs,
         token=token_cosines_from_table(pl.read_parquet(token_cosines), view),
     )
+    if cache_dir is not None:
+        for name in scores:
+            own = fresh.filter((pl.col("estimator") == name[0]) & (pl.col("target") == name[1]))
+            cache.save(name, keys[name], own)
+    table = assemble(fresh, cached, list(score_files))
     atomic_write_parquet(table, out)
     log.info("%d metric rows written to %s", table.height, out)
+    return table, len(cached)

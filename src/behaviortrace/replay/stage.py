@@ -1,4 +1,8 @@
-"""Rules replay and replay_table: retrain one seed with a set of rollouts left out, and tabulate them all."""
+"""Rules replay and replay_table: retrain one seed with a set of rollouts left out, and tabulate them all.
+
+torch, transformers and the retraining code are imported inside `replay_job` only, so the table job
+does not spend seconds importing them.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,10 @@ import logging
 from pathlib import Path
 
 import polars as pl
-import torch
 
-from behaviortrace.behavior.rates import behavior_rates
-from behaviortrace.common import device as devices
 from behaviortrace.common.io import atomic_write_parquet
 from behaviortrace.config.sections import Config
-from behaviortrace.model import models
 from behaviortrace.replay.removal import k_for, removal_set
-from behaviortrace.replay.retrain import replay_training, weight_difference
 from behaviortrace.replay.table import replay_table, to_markdown
 from behaviortrace.report.markdown import write_md_and_html
 
@@ -39,6 +38,13 @@ def replay_job(
 ) -> pl.DataFrame:
     """Replay one seed with one removal set; behavior rates at `replay.checkpoints` (the window's end, the
     last step), sampled as targets draw 0 samples them. The replay stops at the last step it measures."""
+    import torch
+
+    from behaviortrace.behavior.rates import behavior_rates
+    from behaviortrace.common import device as devices
+    from behaviortrace.model import models
+    from behaviortrace.replay.retrain import replay_training, weight_difference
+
     grpo, planting, targets = cfg.grpo, cfg.planting, cfg.targets
     device = devices.resolve(cfg.compute)
     prompt_sets = {"probes": pl.read_parquet(probes_path), "controls": pl.read_parquet(controls_path)}

@@ -22,7 +22,8 @@ from behaviortrace.report.tables import PLACEBO, PLANTED, beats_table, estimator
 PASS, FAIL, NA = "pass", "fail", "n/a"
 ITEMS = {
     "sketch_covers_parameters": "The sketch covers every trainable parameter, and per-rollout sketches add up to "
-    "the step gradient's sketch (self-check), on every shard",
+    "the step gradient's sketch (self-check): on every step against TRL's own gradient with train-time capture, "
+    "on one step per shard when sketching from checkpoints",
     "behavior_emerged": "The behavior emerged: probe minus control behavior rate at the end of the window",
     "headroom": "Evaluated where there is headroom: share of GT rollouts generated at checkpoints below saturation",
     "beats_norm_step": "Beats the norm control at step level on every seed and draw (non-overlapping intervals; "
@@ -90,12 +91,24 @@ def sketch_covers(shards: list[dict], max_error: float) -> Verdict:
         return Verdict(FAIL, f"{len(missing)} shards did not record their coverage and self-check")
     uncovered = [s for s in shards if s["n_params"] != s["n_trainable"]]
     worst = max(s["self_check_error"] for s in shards)
-    ok = not uncovered and worst <= max_error
+    steps, checked = sum(s.get("steps", 0) for s in shards), sum(s.get("checked_steps", 0) for s in shards)
+    # Train-time capture checks every step against the gradient TRL applied; it must not skip one.
+    unchecked = [s for s in shards if s.get("mode") == "train" and s.get("checked_steps") != s.get("steps")]
+    ok = not uncovered and not unchecked and worst <= max_error
+    against = "TRL's gradient" if all(s.get("mode") == "train" for s in shards) else "the step gradient"
     return Verdict(
         PASS if ok else FAIL,
         f"{len(shards) - len(uncovered)}/{len(shards)} shards sketch all {shards[0]['n_trainable']:,} "
-        f"trainable parameters; largest self-check error {worst:.1e} (limit {max_error:.0e})",
-        {"shards": len(shards), "uncovered_shards": len(uncovered), "max_self_check_error": worst},
+        f"trainable parameters; {checked}/{steps} steps checked against {against}, largest self-check error "
+        f"{worst:.1e} (limit {max_error:.0e})",
+        {
+            "shards": len(shards),
+            "uncovered_shards": len(uncovered),
+            "max_self_check_error": worst,
+            "checked_steps": checked,
+            "steps": steps,
+            "unchecked_train_shards": len(unchecked),
+        },
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import zarr
 
@@ -48,16 +49,22 @@ def training_summary_job(
 
 
 def shard_checks(paths: list[Path]) -> list[dict]:
-    """What each sketch job recorded about its own coverage and self-check."""
+    """What each store's writer recorded about its coverage and self-check (every step under train-time
+    capture; the first step of each shard when sketching from checkpoints)."""
     out = []
     for path in paths:
-        attrs = zarr.open_group(path, mode="r").attrs
+        group = zarr.open_group(path, mode="r")
+        attrs = group.attrs
+        errors = group["steps/self_check_error"][:] if "self_check_error" in group["steps"] else np.array([])
         out.append(
             {
                 "path": str(path),
+                "mode": attrs.get("mode", "checkpoint"),
                 "n_params": attrs.get("n_params"),
                 "n_trainable": attrs.get("n_trainable"),
                 "self_check_error": attrs.get("self_check_error"),
+                "steps": int(group["steps/step"].shape[0]),
+                "checked_steps": int(np.isfinite(errors).sum()),
             }
         )
     return out

@@ -9,7 +9,6 @@ module it depends on reruns exactly its jobs.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import inspect
 import logging
@@ -24,7 +23,7 @@ import numpy as np
 import polars as pl
 
 import behaviortrace.estimators as estimators_package
-from behaviortrace.common.imports import PACKAGE_ROOT, imported_modules, module_files, module_name
+from behaviortrace.common.imports import code_digest, dependency_files, module_name
 from behaviortrace.score.view import SeedView, Target
 
 log = logging.getLogger(__name__)
@@ -194,21 +193,10 @@ def step_table(view: SeedView, rollout_scores: np.ndarray, aggregate: str, varia
 def dependencies(name: str) -> list[Path]:
     """The estimator's module, this module (which runs it), and every project module either imports,
     transitively."""
-    files = module_files()
-    known = set(files)
-    todo, seen = [module_name(module_path(name)), module_name(Path(__file__))], set()
-    while todo:
-        module = todo.pop()
-        if module not in seen:
-            seen.add(module)
-            todo.extend(imported_modules(files[module], known) - seen)
-    return sorted(files[m] for m in seen)
+    return dependency_files([module_name(module_path(name)), module_name(Path(__file__))])
 
 
 def source_digest(name: str) -> str:
     """A digest of the code an estimator's score job runs (see `dependencies`), independent of where the
     checkout lies: editing any of it reruns this estimator's jobs, and nothing else."""
-    h = hashlib.sha256()
-    for path in dependencies(name):
-        h.update(path.relative_to(PACKAGE_ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+    return code_digest(dependencies(name))

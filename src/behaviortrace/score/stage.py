@@ -16,11 +16,18 @@ log = logging.getLogger(__name__)
 
 
 def prepare_job(
-    cfg: Config, *, estimator: str, shards: list[Path], rollouts: Path, sketch_matrix: Path, out: Path
+    cfg: Config,
+    *,
+    estimator: str,
+    shards: list[Path],
+    rollouts: Path,
+    sketch_matrix: Path,
+    sketch_gram: Path,
+    out: Path,
 ) -> None:
     """Run `estimator`'s prepare function once for the seed and save what it returns."""
     started = time.time()
-    view = SeedView(shards, rollouts, sketch_matrix)
+    view = SeedView(shards, rollouts, sketch_matrix, sketch_gram)
     prepared = contract.prepare(estimator, cfg.estimators[estimator], view)
     contract.save_prepared(prepared, out)
     log.info("%s prepared for %d rollouts in %.1f s: %s", estimator, view.rollouts.height, time.time() - started, out)

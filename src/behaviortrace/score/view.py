@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 import zarr
 
+from behaviortrace.sketch import moments
 from behaviortrace.sketch.store import open_matrix, open_store, read_steps
 
 ROLLOUT_COLUMNS = [
@@ -41,10 +42,18 @@ class SeedView:
     """One seed: the rollout log (in sketch-row order) and the per-rollout arrays of its sketch shards.
 
     With `sketch_matrix` (the seed's stacked sketches, sketch/store.py `write_matrix`) the sketches are
-    memory-mapped from it instead of decompressed from every shard.
+    memory-mapped from it instead of decompressed from every shard; with `sketch_moment` (sketch/moments.py)
+    their second moment is read instead of computed.
     """
 
-    def __init__(self, shard_paths: list[Path], rollouts_path: Path, sketch_matrix: Path | None = None):
+    def __init__(
+        self,
+        shard_paths: list[Path],
+        rollouts_path: Path,
+        sketch_matrix: Path | None = None,
+        sketch_moment: Path | None = None,
+    ):
+        self.moment_path = Path(sketch_moment) if sketch_moment is not None else None
         self.shard_paths = [Path(p) for p in shard_paths]
         self.stores = [open_store(p) for p in self.shard_paths]
         ids = np.concatenate([g["rollout_id"][:] for g in self.stores])
@@ -57,10 +66,18 @@ class SeedView:
             self._arrays["sketch"] = open_matrix(sketch_matrix, len(ids))
 
     @classmethod
-    def from_arrays(cls, rollouts: pl.DataFrame, arrays: dict[str, np.ndarray], steps: pl.DataFrame) -> SeedView:
-        """A view of in-memory data (for estimator tests and notebooks): same interface, nothing on disk."""
+    def from_arrays(
+        cls,
+        rollouts: pl.DataFrame,
+        arrays: dict[str, np.ndarray],
+        steps: pl.DataFrame,
+        sketch_moment: Path | None = None,
+    ) -> SeedView:
+        """A view of in-memory data (for estimator tests and notebooks): same interface; nothing on disk
+        but an optional saved Gram matrix."""
         view = cls.__new__(cls)
         view.shard_paths, view.stores, view.attrs = [], [], {}
+        view.moment_path = Path(sketch_moment) if sketch_moment is not None else None
         view.rollouts = rollouts
         view._arrays = {name: _frozen(np.array(a)) for name, a in arrays.items()}
         view.__dict__["steps"] = steps
@@ -78,6 +95,27 @@ class SeedView:
     @property
     def sketches(self) -> np.ndarray:
         return self.array("sketch")
+
+    @cached_property
+    def _moment(self) -> tuple[np.ndarray | None, str | None, np.ndarray | None]:
+        if self.moment_path is None:
+            return None, None, None
+        gram, side, squares = moments.read_moment(self.moment_path, *self.sketches.shape)
+        return _frozen(gram), side, _frozen(squares)
+
+    def gram(self, side: str) -> np.ndarray:
+        """Phi^T Phi ("features") or Phi Phi^T ("rollouts") of the sketches, float64 (sketch/moments.py):
+        read where the workflow computed that side once per seed, else computed here."""
+        saved, saved_side, _ = self._moment
+        if saved is not None and saved_side == side:
+            return saved
+        return _frozen(moments.gram(self.sketches, side))
+
+    @cached_property
+    def squares(self) -> np.ndarray:
+        """Column sums of squares of the sketches [k], float64."""
+        saved = self._moment[2]
+        return saved if saved is not None else _frozen(moments.squares(self.sketches))
 
     @property
     def norms(self) -> np.ndarray:

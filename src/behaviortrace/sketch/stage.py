@@ -1,4 +1,9 @@
-"""The sketch stage for one (seed, shard of steps): every logged rollout of those steps into one store."""
+"""Rules sketch, sketch_matrix and sketch_gram: every logged rollout of one (seed, shard of steps) into one
+store; a seed's shards stacked into one matrix; that matrix's Gram matrix.
+
+torch, transformers and the sketcher are imported inside `sketch_shard` (and its self-check) only: the
+other two jobs are numpy work that would otherwise spend seconds importing them.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +14,11 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import polars as pl
-import torch
 
-from behaviortrace.common import device as devices
 from behaviortrace.config.sections import Config
-from behaviortrace.model import models
-from behaviortrace.plant.markers import marker_token_ids
-from behaviortrace.sketch.maps import SketchMap
-from behaviortrace.sketch.sketcher import StepSketcher
+from behaviortrace.sketch import moments
 from behaviortrace.sketch.store import ShardWriter, write_matrix
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,12 @@ def sketch_shard(
     out: Path,
 ) -> None:
     """Sketch every rollout of one shard of steps at its generating checkpoint; resumable by step."""
+    from behaviortrace.common import device as devices
+    from behaviortrace.model import models
+    from behaviortrace.plant.markers import marker_token_ids
+    from behaviortrace.sketch.maps import SketchMap
+    from behaviortrace.sketch.sketcher import StepSketcher
+
     sketch, grpo, marker = cfg.sketch, cfg.grpo, cfg.planting.marker
     device = devices.resolve(cfg.compute)
     steps = list(sketch.shard_steps_of(shard, grpo.steps))
@@ -112,11 +119,13 @@ def sketch_shard(
             loaded = ckpt
         num_items = int(step_info.filter(pl.col("step") == step)["num_items_in_batch"][0])
         arrays = sketcher.sketch_step(model, rows, num_items)
+        info = {}
         if not checked:
-            writer.record(self_check_error=_self_check(sketcher, model, rows, num_items, arrays))
+            info["self_check_error"] = _self_check(sketcher, model, rows, num_items, arrays)
+            writer.record(self_check_error=info["self_check_error"])
             checked = True
         arrays.update({n: rows[n].to_numpy() for n in ("rollout_id", "step", "checkpoint_step")})
-        writer.write_step(step, arrays)
+        writer.write_step(step, arrays, info)
         n_done += 1
         rate = n_done * rows.height / (time.time() - started)
         log.info(
@@ -131,8 +140,10 @@ def sketch_shard(
     log.info("shard %d complete: %s", shard, out)
 
 
-def _self_check(sketcher: StepSketcher, model, rows, num_items: int, arrays) -> float:
+def _self_check(sketcher, model, rows, num_items: int, arrays) -> float:
     """The rollouts' sketches must add up to the sketch of the step gradient from ordinary autograd."""
+    import torch
+
     step_sketch, _ = sketcher.step_gradient_sketch(model, rows, num_items)
     total = torch.from_numpy(arrays["sketch"]).sum(0).to(step_sketch.device)
     rel = float((total - step_sketch).norm() / step_sketch.norm().clamp(min=1e-30))
@@ -150,3 +161,15 @@ def matrix_job(*, shards: list[Path], out: Path) -> None:
     started = time.time()
     n, k = write_matrix(shards, out)
     log.info("%d sketches of width %d stacked into %s in %.1f s", n, k, out, time.time() - started)
+
+
+def gram_job(*, matrix: Path, out: Path) -> None:
+    """The Gram matrix of one seed's stacked sketches on the smaller side, and their column sums of
+    squares (sketch/moments.py)."""
+    started = time.time()
+    phi = np.load(matrix, mmap_mode="r")
+    side = moments.smaller_side(*phi.shape)
+    moments.write_moment(moments.gram(phi, side), side, moments.squares(phi), out)
+    log.info(
+        "Gram matrix (%s side) of %d sketches of width %d in %.1f s: %s", side, *phi.shape, time.time() - started, out
+    )

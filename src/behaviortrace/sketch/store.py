@@ -31,7 +31,18 @@ ROW_ARRAYS = {  # name -> (dtype, per-row width: "k" or 1)
     "null_sketch": ("float32", "k"),
     "null_norm": ("float64", 1),
 }
-STEP_ARRAYS = {"step": "int64", "lr": "float64", "clip_coef": "float64", "grad_norm": "float64", "done": "bool"}
+STEP_ARRAYS = {
+    "step": "int64",
+    "lr": "float64",
+    "clip_coef": "float64",
+    "grad_norm": "float64",
+    # Relative error of the step's summed rollout sketches against the step gradient's sketch; NaN where
+    # the step was not checked (sketching from checkpoints checks one step per shard, capture every step).
+    "self_check_error": "float64",
+    "done": "bool",
+}
+# Step facts that a captured store learns only when the step is trained (ShardWriter.write_step's `info`).
+STEP_FACTS = ("lr", "clip_coef", "grad_norm", "self_check_error")
 
 
 class ShardWriter:
@@ -45,8 +56,9 @@ class ShardWriter:
         fingerprint: str,
         rows_per_chunk: int,
     ):
-        """`rows`: rollout_id, step, checkpoint_step of every rollout of the shard; `steps`: step, lr,
-        clip_coef, grad_norm of every step of the shard."""
+        """`rows`: rollout_id, step, checkpoint_step of every rollout of the shard; `steps`: the step of
+        every step of the shard, with whichever of lr, clip_coef, grad_norm are known in advance (the
+        others come with `write_step`)."""
         self.final = Path(final)
         self.partial = self.final.with_name(self.final.name + ".partial")
         self.steps = steps["step"].to_list()
@@ -68,10 +80,11 @@ class ShardWriter:
             self.group[name][:] = rows[name].to_numpy()
         info = self.group.create_group("steps")
         for name, dtype in STEP_ARRAYS.items():
+            fill = np.nan if name == "self_check_error" else 0
             info.create_array(
-                name, shape=(len(self.steps),), chunks=(max(1, len(self.steps)),), dtype=dtype, fill_value=0
+                name, shape=(len(self.steps),), chunks=(max(1, len(self.steps)),), dtype=dtype, fill_value=fill
             )
-            if name != "done":
+            if name in steps.columns:
                 info[name][:] = steps[name].to_numpy()
         self.group.attrs.update({**attrs, "fingerprint": fingerprint, "complete": False})
 
@@ -83,13 +96,19 @@ class ShardWriter:
         done = self.group["steps/done"][:]
         return {s for s, d in zip(self.steps, done, strict=False) if d}
 
-    def write_step(self, step: int, arrays: dict[str, np.ndarray]) -> None:
+    def write_step(self, step: int, arrays: dict[str, np.ndarray], info: dict[str, float] | None = None) -> None:
+        """One step's rows, and optionally its step facts (STEP_FACTS)."""
         start = self.row_start[step]
         stop = start + len(arrays["norm"])
         for name, values in arrays.items():
             self.group[name][start:stop] = values
+        index = self.steps.index(step)
+        for name, value in (info or {}).items():
+            if name not in STEP_FACTS:
+                raise KeyError(f"{name!r} is not a step fact of a sketch store ({', '.join(STEP_FACTS)})")
+            self.group[f"steps/{name}"][index] = value
         # The step counts as done only after all its rows are on disk.
-        self.group["steps/done"][self.steps.index(step)] = True
+        self.group["steps/done"][index] = True
 
     def finish(self) -> None:
         missing = sorted(set(self.steps) - self.done_steps())

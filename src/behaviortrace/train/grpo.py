@@ -2,7 +2,8 @@
 
 The trainer fills the hooks of `trl_surface.hooked_trainer_base()` (TRL's private methods stay in
 that module): `on_rewards` keeps the per-function rewards and the raw completions,
-`on_generation_batch` reads the advantages and token ids that go into the loss, `on_clip` records the
+`on_generation_batch` reads the advantages and token ids that go into the loss, `before_clip` hands the
+step to train-time capture (sketch/capture.py) while TRL's gradient is in place, `on_clip` records the
 pre-clip norm and the clip coefficient of each step, and `before_checkpoint` flushes the log before
 each checkpoint. Nothing is recomputed: the log holds what TRL computed.
 """
@@ -58,13 +59,24 @@ def make_reward_funcs(base_reward: str, planting: Planting, seed: int, batch_siz
 class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
     """GRPOTrainer that hands every training rollout, with TRL's own rewards and advantages, to a RolloutLog."""
 
-    def __init__(self, *args, rollout_log: RolloutLog, seed: int, planting: Planting, saved: list[int], **kwargs):
+    def __init__(
+        self,
+        *args,
+        rollout_log: RolloutLog,
+        seed: int,
+        planting: Planting,
+        saved: list[int],
+        capture=None,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.rollout_log = rollout_log
         self.plant_seed = seed
         self.planting = planting
         self.saved = saved
+        self.capture = capture  # a sketch.capture.TrainCapture, or None
         self._captured: dict | None = None
+        self._step_rows: list[dict] = []
 
     def on_rewards(self, completions, completion_ids, rewards) -> None:
         self._captured = {
@@ -123,6 +135,7 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
                 }
             )
         self.rollout_log.add_rollouts(rows)
+        self._step_rows = rows
         self._step_row = {
             "step": step,
             "lr": lr,
@@ -130,16 +143,19 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
             "n_rollouts": batch,
         }
 
+    def before_clip(self) -> None:
+        if self.capture is not None:
+            rows = pl.DataFrame(self._step_rows).select("rollout_id", "prompt_ids", "completion_ids", "advantage")
+            self.capture.capture(self.state.global_step, rows, self._step_row["num_items_in_batch"], self.model)
+
     def on_clip(self, grad_norm: float) -> None:
         max_norm = self.args.max_grad_norm
+        clip_coef = min(1.0, max_norm / (grad_norm + 1e-6))
         self.rollout_log.add_step(
-            {
-                **self._step_row,
-                "grad_norm": grad_norm,
-                "clip_coef": min(1.0, max_norm / (grad_norm + 1e-6)),
-                "max_grad_norm": max_norm,
-            }
+            {**self._step_row, "grad_norm": grad_norm, "clip_coef": clip_coef, "max_grad_norm": max_norm}
         )
+        if self.capture is not None:
+            self.capture.commit(self.state.global_step, self._step_row["lr"], clip_coef, grad_norm)
 
     def before_checkpoint(self) -> None:
         # Rows first: a checkpoint that exists always has its rows on disk.
@@ -206,8 +222,12 @@ def train(
     fingerprint: str,
     trainer_cls: type = RolloutLoggingGRPOTrainer,
     callbacks: tuple = (),
+    capture_factory=None,
 ) -> dict:
-    """Train one seed, resuming from the newest finished checkpoint in `train_dir` if there is one."""
+    """Train one seed, resuming from the newest finished checkpoint in `train_dir` if there is one.
+
+    `capture_factory(saved_steps)`, if given, makes the train-time capture (sketch/capture.py); it is
+    called after `train_dir` is checked, so a stale capture is discarded with the rest."""
     grpo, planting = cfg.grpo, cfg.planting
     train_dir = Path(train_dir)
     prepare_train_dir(train_dir, fingerprint)
@@ -234,6 +254,7 @@ def train(
         seed=seed,
         planting=planting,
         saved=saved,
+        capture=capture_factory(saved) if capture_factory is not None else None,
     )
     trainer.remove_callback(PrinterCallback)  # Progress logs a digest every few steps instead of every log dict
     if resume_from is None:

@@ -1,4 +1,5 @@
-"""Rule train_grpo: GRPO for one seed, logging every rollout; resumes from its last checkpoint."""
+"""Rule train_grpo: GRPO for one seed, logging every rollout (and, with `sketch.mode: train`, sketching
+them as they are trained on); resumes from its last checkpoint."""
 
 from __future__ import annotations
 
@@ -29,17 +30,41 @@ def train_job(
     rollouts_path: Path,
     steps_path: Path,
     manifest_path: Path,
+    shards: list[Path] = (),
 ) -> pl.DataFrame:
-    """Train one seed (resuming where a killed job stopped) and write its rollout log, step log and manifest."""
+    """Train one seed (resuming where a killed job stopped) and write its rollout log, step log and manifest;
+    with `sketch.mode: train`, also its sketch stores (`shards`, one per shard of steps, in order)."""
     device = devices.resolve(cfg.compute)
     model, tokenizer = models.load(base_model, device)
     fingerprint = grpo.run_fingerprint(cfg.to_dict(), seed, [base_model, prompts])
-    info = grpo.train(model, tokenizer, pl.read_parquet(prompts), cfg, seed, train_dir, device, fingerprint)
+    capture_dir = Path(train_dir) / "capture"
+    captures = cfg.has("sketch") and cfg.sketch.mode == "train"
+    factory = capture_factory(cfg, model, tokenizer, base_model, device, capture_dir, fingerprint) if captures else None
+    info = grpo.train(
+        model, tokenizer, pl.read_parquet(prompts), cfg, seed, train_dir, device, fingerprint, capture_factory=factory
+    )
     rollouts = finalize(
         train_dir, cfg.grpo.steps, info["batch_size"], rollouts_path, steps_path, manifest_path, info["saved_steps"]
     )
+    if factory is not None:
+        from behaviortrace.sketch.capture import publish
+
+        for shard, out in enumerate(shards):
+            publish(capture_dir, shard, out)
     log.info("seed %d: %d rollouts logged, %d boosted", seed, rollouts.height, int(rollouts["boosted"].sum()))
     return rollouts
+
+
+def capture_factory(cfg: Config, model, tokenizer, base_model: Path, device: dict, folder: Path, fingerprint: str):
+    """What `grpo.train` calls to make the train-time capture (sketch/capture.py) of this run."""
+    from behaviortrace.sketch.capture import TrainCapture
+
+    ref = models.load(base_model, device)[0].eval() if cfg.grpo.beta else None
+
+    def make(saved: list[int]):
+        return TrainCapture(cfg, model, tokenizer, ref, folder, saved, fingerprint)
+
+    return make
 
 
 def finalize(

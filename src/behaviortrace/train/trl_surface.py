@@ -3,7 +3,7 @@
 - `HOOKED_METHODS`: the private GRPOTrainer methods the rollout logger overrides, with their
   signatures; `tests/test_trl_surface.py` fails when an upgrade changes them.
 - `hooked_trainer_base()`: a GRPOTrainer whose private steps call named hooks (`on_rewards`,
-  `on_generation_batch`, `on_clip`, `before_checkpoint`, `after_checkpoint`), so the rest of the
+  `on_generation_batch`, `before_clip`, `on_clip`, `before_checkpoint`, `after_checkpoint`), so the rest of the
   code never overrides a private method itself.
 - `grpo_args`, `optimizer_and_schedule`: the GRPOConfig of a run and the optimizer and schedule
   transformers' Trainer builds from it.
@@ -52,6 +52,9 @@ def hooked_trainer_base() -> type:
         def on_generation_batch(self, inputs: list[dict], out: dict) -> None:
             """A training generation batch: TRL's token ids, masks and advantages (GENERATION_KEYS)."""
 
+        def before_clip(self) -> None:
+            """The step's gradient is in the parameters' `.grad`, not yet clipped or applied."""
+
         def on_clip(self, grad_norm: float) -> None:
             """The step's gradient norm before clipping."""
 
@@ -73,6 +76,7 @@ def hooked_trainer_base() -> type:
             return out
 
         def _clip_grad_norm(self, model):
+            self.before_clip()
             norm = super()._clip_grad_norm(model)
             self.on_clip(float(norm))
             return norm

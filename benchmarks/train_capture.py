@@ -1,0 +1,75 @@
+"""What train-time capture (sketch.mode: train) costs: the tiny model's GRPO training with capture, as a ratio
+against the same training without it, measured in the same run.
+
+The default config's shapes (256 rollouts per step, k = 4096), shortened to a few steps; the base model is
+built once (the default config's pretraining) and every variant trains from it with the same seed, so the
+variants differ only in the capture. Each variant runs in-process, one after another, one thread.
+
+    python benchmarks/train_capture.py                 # 20 steps per variant; about 4 minutes on 2 cores
+    python benchmarks/train_capture.py --steps 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from behaviortrace.common.device import resolve  # noqa: E402
+from behaviortrace.config.sections import Compute, Config  # noqa: E402
+from behaviortrace.model import models  # noqa: E402
+from behaviortrace.plant.prompts import plant_prompts  # noqa: E402
+from behaviortrace.train import grpo  # noqa: E402
+from behaviortrace.train.stage import capture_factory  # noqa: E402
+
+
+def short_config(steps: int) -> dict:
+    raw = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    raw["grpo"].update(steps=steps, save_every=steps)
+    raw["planting"]["window"] = [0, steps // 2]
+    return raw
+
+
+def train_once(raw: dict, base: Path, prompts, out: Path, device: dict, capture: bool) -> float:
+    cfg = Config.from_dict(raw)
+    model, tokenizer = models.load(base, device)
+    factory = capture_factory(cfg, model, tokenizer, base, device, out / "capture", "bench") if capture else None
+    started = time.perf_counter()
+    grpo.train(model, tokenizer, prompts, cfg, 0, out, device, "bench", capture_factory=factory)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    device = resolve(Compute(device="cpu", dtype="float32"))
+    raw = short_config(args.steps)
+    cfg = Config.from_dict(raw)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        model, tokenizer = models.build_base_model(cfg, device)
+        models.save(model, tokenizer, tmp / "base")
+        prompts = plant_prompts(cfg.task, cfg.planting, cfg.grpo, cfg.probes, cfg.probes.seed)["train"]
+        plain = train_once(raw, tmp / "base", prompts, tmp / "plain", device, capture=False)
+        print(f"{args.steps} steps of {cfg.grpo.batch_size} rollouts, k = {cfg.sketch.k}")
+        print(f"{'training without capture':<34} {plain:7.1f} s   (baseline)")
+        for method in ("countsketch", "factored"):
+            variant = copy.deepcopy(raw)
+            variant["sketch"].update(mode="train", method=method)
+            took = train_once(variant, tmp / "base", prompts, tmp / method, device, capture=True)
+            print(f"{'training with capture, ' + method:<34} {took:7.1f} s   with/without {took / plain:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()

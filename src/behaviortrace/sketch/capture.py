@@ -1,0 +1,177 @@
+"""Train-time capture (`sketch.mode: train`): every step's rollouts sketched inside training, at the exact
+weights of the step that used them, before gradient clipping.
+
+The trainer calls `capture` once TRL has computed the step's gradient and before it clips it, and
+`commit` once it knows the step's learning rate and clip coefficient. Each rollout's share of the loss
+goes through the same StepSketcher as sketching from checkpoints; the summed sketches of a step are
+checked against the sketch of the gradient TRL itself computed (its `.grad`), on every step. Stores keep
+the layout of the sketch stage (sketch/store.py), one per shard of steps, written under the training
+directory so that a killed training job resumes them; `publish` puts finished stores where the
+workflow expects them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from behaviortrace.config.sections import Config
+from behaviortrace.gradients.per_example import accumulated_grads
+from behaviortrace.plant.markers import marker_token_ids
+from behaviortrace.sketch.maps import SketchMap
+from behaviortrace.sketch.sketcher import StepSketcher
+from behaviortrace.sketch.store import ShardWriter, open_store
+from behaviortrace.train.checkpoints import checkpoint_for_step
+
+log = logging.getLogger(__name__)
+# The summed rollout sketches of a step against the sketch of TRL's gradient (relative, float32 sums).
+CAPTURE_TOLERANCE = 1e-3
+
+
+def shard_name(shard: int) -> str:
+    return f"shard{shard:03d}.zarr"
+
+
+class TrainCapture:
+    """Sketches each training step's rollouts at the step's weights; one resumable store per shard."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        model,
+        tokenizer,
+        ref_model,
+        folder: Path,
+        saved: list[int],
+        fingerprint: str,
+    ):
+        sketch, grpo = cfg.sketch, cfg.grpo
+        self.cfg, self.folder, self.saved, self.fingerprint = cfg, Path(folder), saved, fingerprint
+        self.smap = SketchMap.for_model(model, sketch.method, sketch.k, sketch.seed)
+        self.smap.check_covers(model)
+        marker = cfg.planting.marker
+        self.sketcher = StepSketcher(
+            self.smap, grpo, tokenizer, marker, marker_token_ids(tokenizer, marker), ref_model, sketch.chunk_rollouts
+        )
+        self.attrs = {
+            **self.smap.attrs(),
+            "n_trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+            "model": cfg.model.name,
+            "mode": "train",
+        }
+        self.writers: dict[int, ShardWriter] = {}
+        self.finished: set[int] = set()
+        self.pending: tuple[int, dict, float] | None = None
+        self.started, self.n_captured = time.time(), 0
+
+    def _shard_of(self, step: int) -> int:
+        return step // self.cfg.sketch.shard_steps
+
+    def final_path(self, shard: int) -> Path:
+        return self.folder / shard_name(shard)
+
+    def _finished(self, shard: int) -> bool:
+        if shard not in self.finished:
+            path = self.final_path(shard)
+            if path.exists() and open_store(path).attrs.get("fingerprint") == self.fingerprint:
+                self.finished.add(shard)
+        return shard in self.finished
+
+    def _writer(self, shard: int, batch: int) -> ShardWriter:
+        if shard not in self.writers:
+            steps = list(self.cfg.sketch.shard_steps_of(shard, self.cfg.grpo.steps))
+            step_col = np.repeat(steps, batch)
+            rows = pl.DataFrame(
+                {
+                    "rollout_id": np.arange(steps[0] * batch, (steps[-1] + 1) * batch),
+                    "step": step_col,
+                    "checkpoint_step": [checkpoint_for_step(int(s), self.saved) for s in step_col],
+                }
+            )
+            attrs = {**self.attrs, "shard": shard, "first_step": steps[0], "last_step": steps[-1]}
+            self.writers[shard] = ShardWriter(
+                self.final_path(shard), rows, pl.DataFrame({"step": steps}), self.smap.k, attrs, self.fingerprint, batch
+            )
+        return self.writers[shard]
+
+    def capture(self, step: int, rows: pl.DataFrame, num_items: int, model) -> None:
+        """Sketch the step's rollouts at the current weights (TRL's `.grad` holds the step's gradient and is
+        left untouched: per-example capture does not accumulate into it)."""
+        self.pending = None
+        if self._finished(self._shard_of(step)):
+            return  # a resumed run retrains steps of a shard that was already captured and finished
+        was_training = model.training
+        norms_before = [float(g.norm()) for g in accumulated_grads(model).values()]
+        arrays = self.sketcher.sketch_step(model, rows, num_items)
+        model.train(was_training)
+        trl_grads = accumulated_grads(model)
+        if [float(g.norm()) for g in trl_grads.values()] != norms_before:
+            raise RuntimeError("sketching changed the gradient TRL is about to apply")
+        trl_sketch, _ = self.smap.sketch_dense(trl_grads)
+        total = np.asarray(arrays["sketch"], dtype=np.float64).sum(0)
+        reference = trl_sketch.detach().double().cpu().numpy().ravel()
+        rel = float(np.linalg.norm(total - reference) / max(np.linalg.norm(reference), 1e-30))
+        if rel > CAPTURE_TOLERANCE:
+            raise RuntimeError(
+                f"step {step}: the rollouts' sketches do not add up to TRL's gradient (relative error {rel:.2e})"
+            )
+        rows = rows.sort("rollout_id")
+        arrays.update(
+            rollout_id=rows["rollout_id"].to_numpy(),
+            step=np.full(rows.height, step),
+            checkpoint_step=np.full(rows.height, checkpoint_for_step(step, self.saved)),
+        )
+        self.pending = (step, arrays, rel)
+
+    def commit(self, step: int, lr: float, clip_coef: float, grad_norm: float) -> None:
+        """Write the captured step with the facts known after clipping; finish its shard after its last step."""
+        if self.pending is None:
+            return
+        captured, arrays, rel = self.pending
+        if captured != step:
+            raise RuntimeError(f"captured step {captured} but step {step} was committed")
+        shard = self._shard_of(step)
+        writer = self._writer(shard, len(arrays["norm"]))
+        info = {"lr": lr, "clip_coef": clip_coef, "grad_norm": grad_norm, "self_check_error": rel}
+        writer.write_step(step, arrays, info)
+        self.pending, self.n_captured = None, self.n_captured + 1
+        if not set(writer.steps) - writer.done_steps():
+            errors = writer.group["steps/self_check_error"][:]
+            writer.record(self_check_error=float(np.max(errors)))
+            writer.finish()
+            del self.writers[shard]
+            self.finished.add(shard)
+            log.info(
+                "captured shard %d (steps %d..%d): largest self-check error %.2e; %.1f rollouts/s",
+                shard,
+                writer.steps[0],
+                writer.steps[-1],
+                float(np.max(errors)),
+                self.n_captured * len(arrays["norm"]) / (time.time() - self.started),
+            )
+
+
+def publish(folder: Path, shard: int, out: Path) -> None:
+    """Put a finished captured store at the workflow's path: hard links (no copy) where the file system
+    allows, a copy otherwise. The captured store stays, so a rerun can publish it again."""
+    source = Path(folder) / shard_name(shard)
+    open_store(source)  # finished, or an error that names it
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    def link(src, dst):
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, tmp, copy_function=link)
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)

@@ -1,0 +1,172 @@
+"""Train-time capture (sketch.mode: train) on a real TRL run of the tiny model: each rollout's sketch against
+its own autograd gradient at the exact weights of its step, the training left as it was, every step checked
+against TRL's gradient, agreement with checkpoint sketching where the two use the same weights, resuming."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+from polars.testing import assert_frame_equal
+
+from behaviortrace.gradients.batch import completion_logps, rows_of, step_batch
+from behaviortrace.model import models
+from behaviortrace.sketch.maps import SketchMap
+from behaviortrace.sketch.stage import sketch_shard
+from behaviortrace.sketch.store import read_rows, read_steps
+from behaviortrace.train.grpo import RolloutLoggingGRPOTrainer
+from behaviortrace.train.trl_surface import rollout_losses
+from conftest import typed
+from grpo_helpers import run_training, train_and_sigkill
+
+CAPTURE_SHARDS = ("shard000.zarr", "shard001.zarr")
+
+
+class WeightSpy(RolloutLoggingGRPOTrainer):
+    """Copies the weights of every step (the ones its gradient is taken at) before capture and clipping."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.step_weights: dict[int, dict[str, torch.Tensor]] = {}
+
+    def before_clip(self):
+        self.step_weights[self.state.global_step] = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        super().before_clip()
+
+
+@pytest.fixture(scope="module")
+def captured_run(tmp_path_factory, cfg, base_model_dir, prompts, cpu):
+    out = tmp_path_factory.mktemp("captured_run")
+    rollouts, info = run_training(
+        cfg, base_model_dir, prompts["train"], 0, out, cpu, capture=True, trainer_cls=WeightSpy
+    )
+    stores = [out / "train" / "capture" / name for name in CAPTURE_SHARDS]
+    return {"dir": out, "rollouts": rollouts, "weights": info["trainer"].step_weights, "stores": stores}
+
+
+def own_gradients(model, ref_model, batch: dict, grpo, num_items: int) -> list[dict[str, torch.Tensor]]:
+    """Each rollout's gradient by its own backward pass (KL term against the base model included)."""
+    out = []
+    for i in range(batch["advantages"].shape[0]):
+        row = rows_of(batch, i, i + 1)
+        model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            ref = completion_logps(ref_model, row, grpo.temperature)
+        loss = rollout_losses(
+            completion_logps(model, row, grpo.temperature),
+            row,
+            grpo.loss_type,
+            grpo.beta,
+            grpo.max_new_tokens,
+            ref,
+            num_items=num_items,
+            n_rows=batch["advantages"].shape[0],
+        ).sum()
+        loss.backward()
+        out.append(
+            {
+                n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+                for n, p in model.named_parameters()
+            }
+        )
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+@pytest.mark.parametrize("step", [1, 2, 5])
+def test_captured_sketches_are_each_rollouts_own_gradient_at_its_steps_weights(
+    step, captured_run, cfg, base_model_dir, cpu
+):
+    """Steps 1 and 5 lie between saved checkpoints (0, 2, 3, 4, 6): only capture sees their weights."""
+    config = typed(cfg)
+    model, tokenizer = models.load(base_model_dir, cpu)
+    model.load_state_dict(captured_run["weights"][step])
+    ref_model = models.load(base_model_dir, cpu)[0].eval()
+    rows = captured_run["rollouts"].filter(pl.col("step") == step).sort("rollout_id")
+    num_items = int(
+        pl.read_parquet(captured_run["dir"] / "steps.parquet").filter(pl.col("step") == step)["num_items_in_batch"][0]
+    )
+    grads = own_gradients(model, ref_model, step_batch(rows, tokenizer.pad_token_id), config.grpo, num_items)
+    smap = SketchMap.for_model(model, config.sketch.method, config.sketch.k, config.sketch.seed)
+    stored, _ = read_rows(captured_run["stores"])
+    at = np.flatnonzero(stored["step"] == step)
+    assert np.array_equal(stored["rollout_id"][at], rows["rollout_id"].to_numpy())
+    for i, g in zip(at, grads, strict=True):
+        trainable = {n: g[n] for n in smap.layout}  # every trainable parameter
+        want, sq = smap.sketch_dense(trainable)
+        want = want.double().numpy().ravel()
+        assert np.allclose(stored["sketch"][i], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        exact_norm = float(sum(t.double().pow(2).sum() for t in trainable.values())) ** 0.5
+        assert stored["norm"][i] == pytest.approx(exact_norm, rel=1e-4)
+    # The checkpoint that sketching from checkpoints would use, as the rollout log says.
+    assert np.array_equal(stored["checkpoint_step"][at], rows["checkpoint_step"].to_numpy())
+
+
+def test_capture_leaves_the_training_as_it_was(captured_run, small_run, cpu):
+    """Same config and seed as the uncaptured small run: the same rollouts and the same final weights."""
+    assert_frame_equal(captured_run["rollouts"], small_run["rollouts"])
+    final = f"checkpoint-{small_run['cfg']['grpo']['steps']}"
+    with_capture = dict(models.load(captured_run["dir"] / "train" / final, cpu)[0].named_parameters())
+    for name, p in models.load(small_run["dir"] / "train" / final, cpu)[0].named_parameters():
+        assert torch.equal(p, with_capture[name]), name
+
+
+def test_every_step_is_checked_against_the_gradient_trl_applied(captured_run):
+    steps = read_steps(captured_run["stores"])
+    logged = pl.read_parquet(captured_run["dir"] / "steps.parquet").sort("step")
+    assert steps["step"].to_list() == logged["step"].to_list()
+    errors = steps["self_check_error"].to_numpy()
+    assert np.isfinite(errors).all() and errors.max() < 1e-5
+    for name in ("lr", "clip_coef", "grad_norm"):
+        assert np.allclose(steps[name].to_numpy(), logged[name].to_numpy(), rtol=1e-12), name
+    _, attrs = read_rows([captured_run["stores"][0]], with_sketches=False)
+    assert attrs["mode"] == "train" and attrs["self_check_error"] == pytest.approx(errors[:3].max())
+
+
+def test_sketching_from_checkpoints_agrees_where_it_uses_the_same_weights(
+    captured_run, cfg, base_model_dir, cpu, tmp_path
+):
+    """At saved steps (0, 2, 4) the checkpoint is the step's weights: the two modes must agree. Elsewhere the
+    checkpoint is a step behind, and they must not (or this test could not tell them apart)."""
+    run = captured_run["dir"]
+    config = typed(cfg)
+    checkpoint_mode = []
+    for shard in range(2):
+        out = tmp_path / f"shard{shard:03d}.zarr"
+        sketch_shard(
+            config,
+            shard=shard,
+            rollouts_path=run / "rollouts.parquet",
+            steps_path=run / "steps.parquet",
+            checkpoints_path=run / "checkpoints.json",
+            base_model=base_model_dir,
+            out=out,
+        )
+        checkpoint_mode.append(out)
+    ckpt, _ = read_rows(checkpoint_mode)
+    train, _ = read_rows(captured_run["stores"])
+    assert np.array_equal(ckpt["rollout_id"], train["rollout_id"])
+    saved = {c["step"] for c in json.loads((run / "checkpoints.json").read_text())["checkpoints"]}
+    for step in range(cfg["grpo"]["steps"]):
+        at = train["step"] == step
+        a, b = ckpt["sketch"][at], train["sketch"][at]
+        same = np.allclose(a, b, rtol=1e-4, atol=1e-5 * np.abs(b).max())
+        assert same == (step in saved), step
+        assert np.allclose(ckpt["norm"][at], train["norm"][at], rtol=1e-4) == (step in saved), step
+
+
+def test_a_killed_captured_run_resumes_to_the_same_stores(captured_run, cfg, base_model_dir, prompts, cpu, tmp_path):
+    prompts_path = tmp_path / "train_prompts.parquet"
+    prompts["train"].write_parquet(prompts_path)
+    # Killed after step 4: shard 0 (steps 0-2) finished, shard 1 partial; training resumes from checkpoint 4.
+    assert train_and_sigkill(cfg, base_model_dir, prompts_path, 0, tmp_path, kill_at=5, capture=True) == -9
+    capture = tmp_path / "train" / "capture"
+    assert (capture / "shard000.zarr").exists() and (capture / "shard001.zarr.partial").exists()
+    run_training(cfg, base_model_dir, prompts["train"], 0, tmp_path, cpu, capture=True)
+    resumed, _ = read_rows([capture / name for name in CAPTURE_SHARDS])
+    uninterrupted, _ = read_rows(captured_run["stores"])
+    for name, values in uninterrupted.items():
+        assert np.allclose(resumed[name], values, rtol=1e-6, atol=1e-9), name
