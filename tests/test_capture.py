@@ -170,3 +170,26 @@ def test_a_killed_captured_run_resumes_to_the_same_stores(captured_run, cfg, bas
     uninterrupted, _ = read_rows(captured_run["stores"])
     for name, values in uninterrupted.items():
         assert np.allclose(resumed[name], values, rtol=1e-6, atol=1e-9), name
+
+
+def test_publishing_links_the_store_and_copies_it_where_links_fail(captured_run, tmp_path, monkeypatch):
+    from behaviortrace.sketch import capture
+
+    folder = captured_run["dir"] / "train" / "capture"
+    linked = tmp_path / "linked.zarr"
+    capture.publish(folder, 0, linked)
+    files = [p for p in linked.rglob("*") if p.is_file()]
+    assert files and all(p.stat().st_nlink >= 2 for p in files)
+
+    def no_links(src, dst):
+        raise OSError("cross-device link")
+
+    monkeypatch.setattr(capture.os, "link", no_links)
+    copied = tmp_path / "copied.zarr"
+    capture.publish(folder, 0, copied)
+    assert all(p.stat().st_nlink == 1 for p in copied.rglob("*") if p.is_file())
+    a, _ = read_rows([copied])
+    b, _ = read_rows([captured_run["stores"][0]])
+    assert all(np.array_equal(a[name], b[name]) for name in b)
+    with pytest.raises(FileNotFoundError):
+        capture.publish(folder, 7, tmp_path / "missing.zarr")  # no such shard: an error naming it
