@@ -108,8 +108,8 @@ def test_trak_prepared_from_a_saved_gram_matrix_scores_as_computed_in_place(n, k
     )
     side = moments.smaller_side(n, k)
     path = tmp_path / "gram.npz"
-    moments.write_moment(moments.gram(phi, side), side, moments.squares(phi), path)
-    saved = SeedView.from_arrays(rollouts, {"sketch": phi}, pl.DataFrame(), sketch_moment=path)
+    moments.write_gram(moments.gram(phi, side), side, moments.squares(phi), path)
+    saved = SeedView.from_arrays(rollouts, {"sketch": phi}, pl.DataFrame(), sketch_gram=path)
     assert saved.gram(side) is saved.gram(side)  # read once, not recomputed
     phi64 = phi.astype(np.float64)
     assert np.allclose(saved.gram("features"), phi64.T @ phi64, rtol=1e-5, atol=1e-4)
@@ -122,7 +122,7 @@ def test_trak_prepared_from_a_saved_gram_matrix_scores_as_computed_in_place(n, k
         scores = trak.score(saved, targets, form=form)
         assert np.allclose(-scores, explicit, rtol=1e-4, atol=1e-6 * np.abs(explicit).max()), form
     with pytest.raises(ValueError, match="do not match sketches"):
-        moments.read_moment(path, n + 1, k + 1)
+        moments.read_gram(path, n + 1, k + 1)
 
 
 def test_step_level_scores(exact_problem):

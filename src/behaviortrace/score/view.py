@@ -42,8 +42,8 @@ class SeedView:
     """One seed: the rollout log (in sketch-row order) and the per-rollout arrays of its sketch shards.
 
     With `sketch_matrix` (the seed's stacked sketches, sketch/store.py `write_matrix`) the sketches are
-    memory-mapped from it instead of decompressed from every shard; with `sketch_moment` (sketch/moments.py)
-    their second moment is read instead of computed.
+    memory-mapped from it instead of decompressed from every shard; with `sketch_gram` (sketch/moments.py)
+    their Gram matrix is read instead of computed.
     """
 
     def __init__(
@@ -51,9 +51,9 @@ class SeedView:
         shard_paths: list[Path],
         rollouts_path: Path,
         sketch_matrix: Path | None = None,
-        sketch_moment: Path | None = None,
+        sketch_gram: Path | None = None,
     ):
-        self.moment_path = Path(sketch_moment) if sketch_moment is not None else None
+        self.gram_path = Path(sketch_gram) if sketch_gram is not None else None
         self.shard_paths = [Path(p) for p in shard_paths]
         self.stores = [open_store(p) for p in self.shard_paths]
         ids = np.concatenate([g["rollout_id"][:] for g in self.stores])
@@ -71,13 +71,13 @@ class SeedView:
         rollouts: pl.DataFrame,
         arrays: dict[str, np.ndarray],
         steps: pl.DataFrame,
-        sketch_moment: Path | None = None,
+        sketch_gram: Path | None = None,
     ) -> SeedView:
         """A view of in-memory data (for estimator tests and notebooks): same interface; nothing on disk
         but an optional saved Gram matrix."""
         view = cls.__new__(cls)
         view.shard_paths, view.stores, view.attrs = [], [], {}
-        view.moment_path = Path(sketch_moment) if sketch_moment is not None else None
+        view.gram_path = Path(sketch_gram) if sketch_gram is not None else None
         view.rollouts = rollouts
         view._arrays = {name: _frozen(np.array(a)) for name, a in arrays.items()}
         view.__dict__["steps"] = steps
@@ -97,16 +97,16 @@ class SeedView:
         return self.array("sketch")
 
     @cached_property
-    def _moment(self) -> tuple[np.ndarray | None, str | None, np.ndarray | None]:
-        if self.moment_path is None:
+    def _saved_gram(self) -> tuple[np.ndarray | None, str | None, np.ndarray | None]:
+        if self.gram_path is None:
             return None, None, None
-        gram, side, squares = moments.read_moment(self.moment_path, *self.sketches.shape)
+        gram, side, squares = moments.read_gram(self.gram_path, *self.sketches.shape)
         return _frozen(gram), side, _frozen(squares)
 
     def gram(self, side: str) -> np.ndarray:
         """Phi^T Phi ("features") or Phi Phi^T ("rollouts") of the sketches, float64 (sketch/moments.py):
         read where the workflow computed that side once per seed, else computed here."""
-        saved, saved_side, _ = self._moment
+        saved, saved_side, _ = self._saved_gram
         if saved is not None and saved_side == side:
             return saved
         return _frozen(moments.gram(self.sketches, side))
@@ -114,7 +114,7 @@ class SeedView:
     @cached_property
     def squares(self) -> np.ndarray:
         """Column sums of squares of the sketches [k], float64."""
-        saved = self._moment[2]
+        saved = self._saved_gram[2]
         return saved if saved is not None else _frozen(moments.squares(self.sketches))
 
     @property

@@ -57,7 +57,7 @@ def gram(phi: np.ndarray, side: str) -> np.ndarray:
     return out
 
 
-def write_moment(gram: np.ndarray, side: str, squares: np.ndarray, out: Path) -> None:
+def write_gram(gram: np.ndarray, side: str, squares: np.ndarray, out: Path) -> None:
     """Uncompressed .npz, written under a temporary name and renamed when complete."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -67,7 +67,7 @@ def write_moment(gram: np.ndarray, side: str, squares: np.ndarray, out: Path) ->
     os.replace(tmp, out)
 
 
-def read_moment(path: Path, n: int, k: int) -> tuple[np.ndarray, str, np.ndarray]:
+def read_gram(path: Path, n: int, k: int) -> tuple[np.ndarray, str, np.ndarray]:
     """The saved (gram, side, squares); their shapes must match sketches [n, k]."""
     with np.load(path) as data:
         gram, side, sq = data["gram"], str(data["side"]), data["squares"]

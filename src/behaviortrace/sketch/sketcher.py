@@ -19,6 +19,24 @@ from behaviortrace.plant.markers import marker_positions
 from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.train.trl_surface import rollout_losses
 
+# The summed rollout sketches of a step against the sketch of its gradient (relative; float32 sketches).
+SELF_CHECK_TOLERANCE = 1e-3
+
+
+def check_step_sum(sketches: np.ndarray, reference: torch.Tensor, against: str) -> float:
+    """Relative error of a step's summed rollout sketches against the sketch of the step's gradient
+    (`against` names that gradient). Above SELF_CHECK_TOLERANCE some use of a parameter escaped the
+    per-example capture, and sketching stops."""
+    total = np.asarray(sketches, dtype=np.float64).sum(0)
+    ref = reference.detach().double().cpu().numpy().ravel()
+    rel = float(np.linalg.norm(total - ref) / max(np.linalg.norm(ref), 1e-30))
+    if rel > SELF_CHECK_TOLERANCE:
+        raise RuntimeError(
+            f"per-rollout sketches do not add up to {against} (relative error {rel:.2e}); "
+            "some parameter's use escapes the per-example capture"
+        )
+    return rel
+
 
 class StepSketcher:
     """Holds what every step needs: the sketch map, the reference model for KL, the loss settings."""

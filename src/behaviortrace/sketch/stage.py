@@ -1,8 +1,8 @@
 """Rules sketch, sketch_matrix and sketch_gram: every logged rollout of one (seed, shard of steps) into one
 store; a seed's shards stacked into one matrix; that matrix's Gram matrix.
 
-torch, transformers and the sketcher are imported inside `sketch_shard` (and its self-check) only: the
-other two jobs are numpy work that would otherwise spend seconds importing them.
+torch, transformers and the sketcher are imported inside `sketch_shard` only: the other two jobs are
+numpy work that would otherwise spend seconds importing them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from behaviortrace.sketch import moments
 from behaviortrace.sketch.store import ShardWriter, write_matrix
 
 log = logging.getLogger(__name__)
-SELF_CHECK_TOLERANCE = 1e-3
 
 
 def fingerprint(rollouts_path: Path, params: dict) -> str:
@@ -46,7 +45,7 @@ def sketch_shard(
     from behaviortrace.model import models
     from behaviortrace.plant.markers import marker_token_ids
     from behaviortrace.sketch.maps import SketchMap
-    from behaviortrace.sketch.sketcher import StepSketcher
+    from behaviortrace.sketch.sketcher import StepSketcher, check_step_sum
 
     sketch, grpo, marker = cfg.sketch, cfg.grpo, cfg.planting.marker
     device = devices.resolve(cfg.compute)
@@ -120,9 +119,13 @@ def sketch_shard(
         num_items = int(step_info.filter(pl.col("step") == step)["num_items_in_batch"][0])
         arrays = sketcher.sketch_step(model, rows, num_items)
         info = {}
-        if not checked:
-            info["self_check_error"] = _self_check(sketcher, model, rows, num_items, arrays)
-            writer.record(self_check_error=info["self_check_error"])
+        if not checked:  # the sum of the rollouts' sketches against an ordinary backward pass, once per job
+            step_sketch, _ = sketcher.step_gradient_sketch(model, rows, num_items)
+            info["self_check_error"] = check_step_sum(arrays["sketch"], step_sketch, "the step gradient")
+            log.info(
+                "self-check: per-rollout sketches sum to the step gradient's sketch within %.2e",
+                info["self_check_error"],
+            )
             checked = True
         arrays.update({n: rows[n].to_numpy() for n in ("rollout_id", "step", "checkpoint_step")})
         writer.write_step(step, arrays, info)
@@ -140,22 +143,6 @@ def sketch_shard(
     log.info("shard %d complete: %s", shard, out)
 
 
-def _self_check(sketcher, model, rows, num_items: int, arrays) -> float:
-    """The rollouts' sketches must add up to the sketch of the step gradient from ordinary autograd."""
-    import torch
-
-    step_sketch, _ = sketcher.step_gradient_sketch(model, rows, num_items)
-    total = torch.from_numpy(arrays["sketch"]).sum(0).to(step_sketch.device)
-    rel = float((total - step_sketch).norm() / step_sketch.norm().clamp(min=1e-30))
-    log.info("self-check: per-rollout sketches sum to the step gradient's sketch within %.2e", rel)
-    if rel > SELF_CHECK_TOLERANCE:
-        raise RuntimeError(
-            f"per-rollout gradients do not add up to the step gradient (relative error {rel:.2e}); "
-            "some parameter's use escapes the per-example capture"
-        )
-    return rel
-
-
 def matrix_job(*, shards: list[Path], out: Path) -> None:
     """Stack one seed's shard sketches into the memory-mappable matrix every score job reads."""
     started = time.time()
@@ -169,7 +156,7 @@ def gram_job(*, matrix: Path, out: Path) -> None:
     started = time.time()
     phi = np.load(matrix, mmap_mode="r")
     side = moments.smaller_side(*phi.shape)
-    moments.write_moment(moments.gram(phi, side), side, moments.squares(phi), out)
+    moments.write_gram(moments.gram(phi, side), side, moments.squares(phi), out)
     log.info(
         "Gram matrix (%s side) of %d sketches of width %d in %.1f s: %s", side, *phi.shape, time.time() - started, out
     )

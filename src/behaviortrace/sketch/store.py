@@ -88,10 +88,6 @@ class ShardWriter:
                 info[name][:] = steps[name].to_numpy()
         self.group.attrs.update({**attrs, "fingerprint": fingerprint, "complete": False})
 
-    def record(self, **attrs) -> None:
-        """Attributes learned while sketching (a resumed job keeps what the killed one recorded)."""
-        self.group.attrs.update(attrs)
-
     def done_steps(self) -> set[int]:
         done = self.group["steps/done"][:]
         return {s for s, d in zip(self.steps, done, strict=False) if d}
@@ -110,12 +106,20 @@ class ShardWriter:
         # The step counts as done only after all its rows are on disk.
         self.group["steps/done"][index] = True
 
-    def finish(self) -> None:
+    def finish(self) -> float | None:
+        """Mark the store complete and move it into place; returns its largest self-check error (None if
+        no step was checked)."""
         missing = sorted(set(self.steps) - self.done_steps())
         if missing:
             raise RuntimeError(f"cannot finish {self.final}: steps {missing[:5]} not sketched")
+        # The largest self-check error of the steps that were checked (a resumed job keeps the killed one's).
+        errors = self.group["steps/self_check_error"][:]
+        worst = float(np.nanmax(errors)) if np.isfinite(errors).any() else None
+        if worst is not None:
+            self.group.attrs["self_check_error"] = worst
         self.group.attrs["complete"] = True
         replace_dir(self.partial, self.final)
+        return worst
 
 
 def open_store(path: Path) -> zarr.Group:
