@@ -114,6 +114,7 @@ def run_one(task: tuple[dict, dict, int, str]) -> tuple[dict, pl.DataFrame]:
             seed=seed,
             base_model=base,
             prompts=data / "train.parquet",
+            probes=data / "probes.parquet",
             train_dir=folder / "train",
             rollouts_path=folder / "rollouts.parquet",
             steps_path=folder / "steps.parquet",

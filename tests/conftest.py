@@ -88,7 +88,7 @@ def small_run(tmp_path_factory, cfg, base_model_dir, prompts, cpu) -> dict:
     prompts["train"].write_parquet(prompts_path)
     for name in ("probes", "controls"):
         prompts[name].write_parquet(out / f"{name}.parquet")
-    rollouts, _ = run_training(cfg, base_model_dir, prompts["train"], 0, out, cpu)
+    rollouts, _ = run_training(cfg, base_model_dir, prompts["train"], 0, out, cpu, probes=prompts["probes"])
     return {"dir": out, "rollouts": rollouts, "cfg": cfg, "base_model": base_model_dir}
 
 

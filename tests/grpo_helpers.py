@@ -30,7 +30,8 @@ class GradSpy(grpo.RolloutLoggingGRPOTrainer):
 
 
 def run_training(cfg, base_model_dir, train_prompts, seed, out_dir, device, capture=False, **kwargs):
-    """Train (with `capture`: also sketch every step inside training, into train/capture/)."""
+    """Train (with `capture`: also sketch every step inside training, into train/capture/; with a `probes`
+    keyword, the probe prompts: also measure the forced target at every step)."""
     torch.set_num_threads(1)
     model, tokenizer = models.load(base_model_dir, device)
     train_dir = Path(out_dir) / "train"
@@ -48,6 +49,7 @@ def run_training(cfg, base_model_dir, train_prompts, seed, out_dir, device, capt
         Path(out_dir) / "steps.parquet",
         Path(out_dir) / "checkpoints.json",
         info["saved_steps"],
+        info["final_target_logprob"],
     )
     return rollouts, info
 

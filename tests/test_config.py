@@ -68,6 +68,17 @@ def test_checklist_target_must_be_evaluated():
         validate(cfg)
 
 
+def test_effect_target_must_be_evaluated():
+    cfg = _with("evaluation.targets", ["in_context"])
+    cfg["checklist"]["target"] = "in_context"
+    with pytest.raises(
+        ConfigError, match=r"checklist.effect_target = 'forced': not among evaluation.targets \['in_context'\]"
+    ):
+        validate(cfg)
+    cfg["checklist"]["effect_target"] = "in_context"
+    validate(cfg)
+
+
 def test_unknown_key_is_named():
     cfg = copy.deepcopy(default_config())
     cfg["grpo"]["stpes"] = 10
@@ -118,11 +129,12 @@ def test_paper_dag_lists_every_job_without_loading_a_model():
         ("training_summary", 1),
         ("targets", 8),
         ("headroom", 1),
-        ("score", 88),
+        ("score", 104),
         ("evaluate", 8),
         ("aggregate", 1),
         ("figures", 1),
-        ("replay", 30),
+        ("effect_steps", 1),
+        ("replay", 33),
         ("replay_table", 1),
     ):
         assert any(line.split() == [rule, str(count)] for line in out.splitlines()), (rule, out[-2000:])

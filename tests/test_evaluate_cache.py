@@ -49,6 +49,7 @@ def job(finished_run, tmp_path):
             rollouts=seed_dir / "rollouts.parquet",
             rates=seed_dir / "targets" / f"draw{DRAW}_rates.parquet",
             token_cosines=seed_dir / "metrics" / f"draw{DRAW}_token_cosines.parquet",
+            step_log=seed_dir / "steps.parquet",
             score_files=score_files,
             out=tmp_path / "metrics.parquet",
             cache_dir=cache_dir,
@@ -99,3 +100,8 @@ def test_config_code_and_shared_inputs_are_part_of_the_key(job, tmp_path, finish
     monkeypatch.undo()
     job["run"](tmp_path / "cache")
     assert job["run"](tmp_path / "cache", draw=1)[1] == 0  # another cell seed: nothing shared
+    job["run"](tmp_path / "cache")
+    steps = pl.read_parquet(finished_run[0] / "results" / "wf" / f"seed{SEED}" / "steps.parquet")
+    edited = tmp_path / "steps.parquet"
+    steps.with_columns(target_change=pl.col("target_change") * 2).write_parquet(edited)
+    assert job["run"](tmp_path / "cache", step_log=edited)[1] == 0  # the measured effect is a shared input

@@ -288,8 +288,66 @@ def test_replay_beats_random_verdict_recomputed(finished_run, out, checklist):
     assert verdicts["trak"] == "n/a"  # not under replay.estimators in the small config
 
 
+@pytest.mark.parametrize("estimator,target,stratum", [("tracincp", "forced", "all"), ("norm", "none", "window")])
+def test_effect_metrics_recomputed_from_the_step_log_and_the_step_scores(
+    out, metrics, finished_run, estimator, target, stratum
+):
+    _, cfg = finished_run
+    steps = pl.read_parquet(out / "seed0" / "steps.parquet").sort("step")
+    scores = pl.read_parquet(out / "seed0" / "scores" / estimator / f"draw0_{target}_steps.parquet").sort("step")
+    first, last = cfg["planting"]["window"] if stratum == "window" else (0, cfg["grpo"]["steps"] - 1)
+    keep = [first <= t <= last for t in steps["step"].to_list()]
+    change = steps["target_change"].to_numpy()[keep]
+    score = scores["score"].to_numpy()[keep]
+    rows = {
+        r["metric"]: r
+        for r in _rows(metrics, arm="planted", seed=0, draw=0, estimator=estimator, target=target, stratum=stratum)
+        if r["level"] == "effect"
+    }
+    assert rows["effect_pearson"]["value"] == pytest.approx(np.corrcoef(score, change)[0, 1], abs=1e-9)
+    assert rows["effect_spearman"]["value"] == pytest.approx(_brute_spearman(score, change), abs=1e-9)
+    assert rows["effect_pearson"]["n"] == sum(keep)
+    # Only estimators whose step scores predict the change in its units, against the forced target, get a share.
+    if estimator == "tracincp":
+        assert rows["effect_share"]["value"] == pytest.approx(score.sum() / change.sum(), rel=1e-9)
+    else:
+        assert "effect_share" not in rows
+    rollouts = pl.read_parquet(out / "seed0" / "rollouts.parquet")
+    counts = rollouts.group_by("step").agg(pl.col("boosted").sum()).sort("step")["boosted"].to_numpy()[keep]
+    gt = _rows(
+        metrics, arm="planted", seed=0, draw=0, estimator="gt_per_step", stratum=stratum, metric="effect_spearman"
+    )
+    assert gt[0]["value"] == pytest.approx(_brute_spearman(counts.astype(float), change), abs=1e-9)
+
+
+def test_tracks_effect_verdict_recomputed(finished_run, metrics, checklist):
+    _, cfg = finished_run
+    limits = cfg["checklist"]
+    for estimator, row in checklist["estimators"].items():
+        values = [
+            r["value"]
+            for r in _rows(metrics, arm="planted", estimator=estimator, stratum="all", level="effect")
+            if r["metric"] == limits["effect_metric"] and r["target"] in (limits["effect_target"], "none")
+        ]
+        assert len(values) == len(cfg["seeds"]) * cfg["targets"]["draws"]
+        want = "pass" if all(v >= limits["min_effect_correlation"] for v in values) else "fail"
+        assert row["tracks_effect"]["verdict"] == want, estimator
+
+
+def test_effect_steps_table_puts_every_step_beside_its_scores(finished_run, out):
+    _, cfg = finished_run
+    table = pl.read_parquet(out / "tables" / "effect_steps.parquet")
+    keys = table.select("seed", "estimator", "target").unique()
+    assert table.height == keys.height * cfg["grpo"]["steps"]
+    assert set(keys["target"]) == {cfg["checklist"]["effect_target"], "none"}
+    steps = pl.read_parquet(out / "seed1" / "steps.parquet").sort("step")
+    gas = table.filter((pl.col("seed") == 1) & (pl.col("estimator") == "gas")).sort("step")
+    assert gas["target_change"].to_list() == steps["target_change"].to_list()
+    assert gas["n_gt"].sum() == pl.read_parquet(out / "seed1" / "rollouts.parquet")["boosted"].sum()
+
+
 def test_figures_are_real_images(out):
-    for name in ("behavior_rates", "lift", "within_group_auc", "token_alignment", "replay"):
+    for name in ("behavior_rates", "lift", "within_group_auc", "token_alignment", "replay", "effect_tracking"):
         image = np.asarray(Image.open(out / "figures" / f"{name}.png").convert("L"))
         assert image.shape[0] > 200 and image.shape[1] > 300
         assert image.std() > 10  # not a blank canvas

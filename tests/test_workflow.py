@@ -45,7 +45,11 @@ def test_every_output_exists_and_is_consistent(finished_run):
             assert gt["n"].to_list() == [int(rollouts["boosted"].sum())]
             if gt["n"][0] > 0:
                 evaluated_seeds.add(seed)
-                assert set(metrics["estimator"]) == set(cfg["estimators"]) | {"ground_truth", "behavior_tokens"}
+                assert set(metrics["estimator"]) == set(cfg["estimators"]) | {
+                    "ground_truth",
+                    "behavior_tokens",
+                    "gt_per_step",
+                }
                 assert set(metrics["level"]) >= {"rollout", "step", "step_summed", "token"}
             else:  # nothing to find: only the ground-truth count
                 assert set(metrics["estimator"]) == {"ground_truth"}
@@ -119,6 +123,7 @@ def test_changing_one_estimator_reruns_only_its_scores_and_the_evaluation(finish
         "score": n_runs * n_draws * n_targets,
         "evaluate": n_runs * n_draws,
         "aggregate": 1,
+        "effect_steps": 1,  # trak's step scores beside the measured effect
         "figures": 1,
         "all": 1,
     }
@@ -192,7 +197,7 @@ def test_adding_one_estimator_runs_only_its_scores_and_updates_the_tables(finish
     jobs = _jobs_run(res.stderr)
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
     rules = sorted({rule for rule, _ in jobs})
-    assert rules == ["aggregate", "all", "evaluate", "figures", "score"], rules
+    assert rules == ["aggregate", "all", "effect_steps", "evaluate", "figures", "score"], rules
     scores = [w for rule, w in jobs if rule == "score"]
     assert len(scores) == n_runs * cfg["targets"]["draws"] and all("estimator=adv_norm" in w for w in scores)
     metrics = pl.read_parquet(workdir / "results" / "wf" / "tables" / "metrics.parquet")
@@ -219,7 +224,7 @@ def test_editing_a_shared_estimator_helper_reruns_exactly_the_estimators_that_us
     workdir, cfg = finished_run
     helper = PACKAGE_ROOT / "score" / "vectors.py"
     users = {e for e in cfg["estimators"] if helper in dependencies(e)}
-    assert users == {"gas", "norm", "token_alignment", "tracincp", "trak"}  # fluency and random do not import it
+    assert users == {"adam_tracin", "gas", "norm", "token_alignment", "tracincp", "trak"}  # not fluency, random
     original = helper.read_text()
     helper.write_text(original + "\n# edited by a test\n")
     try:

@@ -36,6 +36,7 @@ def prepare(work: Path, profile_dir: Path, cpus: int, mem_mb: int) -> None:
     # One draw and one target kind: every rule and estimator still runs, with a third of the score jobs.
     cfg["targets"]["draws"] = 1
     cfg["evaluation"]["targets"] = ["in_context"]
+    cfg["checklist"]["effect_target"] = "in_context"  # the only target kind scored here
     # Where the workflow has them: no placebo arm (it would double the run) and the fewest replays.
     if "placebo" in cfg:
         cfg["placebo"]["enabled"] = False

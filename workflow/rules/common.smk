@@ -34,7 +34,7 @@ ARM_NAMES = {"seed": "planted", "placebo": "placebo"}
 SHARDS = [f"{i:03d}" for i in range(CFG.sketch.n_shards(CFG.grpo.steps))]
 DRAWS = list(range(CFG.targets.draws))
 SCORE_KEYS = _estimators.score_keys(CFG.estimators, CFG.evaluation.targets)
-FIGURE_NAMES = ["behavior_rates", "lift", "within_group_auc", "token_alignment", "replay"]
+FIGURE_NAMES = ["behavior_rates", "lift", "within_group_auc", "token_alignment", "replay", "effect_tracking"]
 BUILTIN_REPLAYS = ("full", "oracle", "random")
 # Jobs that want an accelerator ask for one when the model is a real one (SLURM turns it into --gpus).
 GPU = 0 if CFG.model.is_tiny else 1
@@ -188,6 +188,14 @@ SCORE_FILES = {
     for s in SEEDS
     for e, t in SCORE_KEYS
     for d in DRAWS
+}
+# Step scores beside the measured effect, for the effect_steps job. Draw 0, the checklist's effect target and the
+# controls, planted seeds, keyed by (seed, estimator, target).
+EFFECT_STEP_SCORES = {
+    (s, e, t): STEP_SCORES.format(arm="seed", seed=s, estimator=e, target=t, draw=0)
+    for s in SEEDS
+    for e, t in SCORE_KEYS
+    if t in (CFG.checklist.effect_target, "none")
 }
 REPORT_OUTPUTS = [
     f"{TABLES}/metrics.parquet",

@@ -22,6 +22,7 @@ rule evaluate:
         rollouts=ROLLOUTS,
         rates=TARGET_RATES,
         token_cosines=TOKEN_COSINES,
+        steps=STEP_LOG,
         scores=score_files,
     output:
         METRICS,

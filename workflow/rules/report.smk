@@ -52,11 +52,34 @@ rule aggregate:
         "../scripts/aggregate.py"
 
 
+rule effect_steps:
+    input:
+        steps=seed_paths(STEP_LOG, arms=("seed",)),
+        rollouts=seed_paths(ROLLOUTS, arms=("seed",)),
+        scores=list(EFFECT_STEP_SCORES.values()),
+    output:
+        f"{TABLES}/effect_steps.parquet",
+    log:
+        f"{LOGS}/effect_steps.log",
+    benchmark:
+        f"{BENCHMARKS}/effect_steps.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    params:
+        config=config_for("checklist"),
+        seeds=SEEDS,
+        score_keys=list(EFFECT_STEP_SCORES),
+    script:
+        "../scripts/effect_steps.py"
+
+
 rule figures:
     input:
         metrics=f"{TABLES}/metrics.parquet",
         behavior=seed_paths(BEHAVIOR),
         replay=f"{TABLES}/replay.parquet",
+        effect_steps=f"{TABLES}/effect_steps.parquet",
     output:
         **{
             name: report(f"{FIGURES}/{name}.png", caption=f"../report/{name}.rst", category="2. Figures")

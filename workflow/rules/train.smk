@@ -2,6 +2,7 @@ rule train_grpo:
     input:
         base_model=BASE_MODEL,
         prompts=TRAIN_PROMPTS,
+        probes=PROBE_PROMPTS,
     output:
         rollouts=ROLLOUTS,
         steps=STEP_LOG,

@@ -17,6 +17,7 @@ evaluate_job(
     rollouts=Path(sm.input.rollouts),
     token_cosines=Path(sm.input.token_cosines),
     rates=Path(sm.input.rates),
+    step_log=Path(sm.input.steps),
     score_files=score_files,
     out=Path(sm.output[0]),
     cache_dir=Path(sm.params.cache_dir),

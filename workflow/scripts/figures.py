@@ -12,6 +12,7 @@ figures_job(
     metrics=Path(sm.input.metrics),
     behavior=[(arm, Path(p)) for arm, p in zip(sm.params.arms, sm.input.behavior, strict=False)],
     replay=Path(sm.input.replay),
+    effect_steps=Path(sm.input.effect_steps),
     outputs={k: Path(v) for k, v in sm.output.items()},
 )
 logging.getLogger("behaviortrace").info("%d figures written", len(sm.output))

@@ -11,6 +11,7 @@ train_job(
     seed=int(sm.wildcards.seed),
     base_model=Path(sm.input.base_model),
     prompts=Path(sm.input.prompts),
+    probes=Path(sm.input.probes),
     train_dir=Path(sm.params.train_dir),
     rollouts_path=Path(sm.output.rollouts),
     steps_path=Path(sm.output.steps),

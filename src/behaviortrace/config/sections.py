@@ -205,6 +205,9 @@ class Checklist:
     max_seed_sd: float
     max_unfindable_share: float
     min_oracle_drop: float
+    effect_target: str
+    effect_metric: str
+    min_effect_correlation: float
 
 
 class NotGiven:

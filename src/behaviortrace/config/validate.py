@@ -142,6 +142,11 @@ def _estimator_problems(config: dict) -> list[str]:
 def _analysis_problems(config: dict) -> list[str]:
     checklist, placebo = config["checklist"], config["placebo"]
     problems = []
+    if checklist["effect_target"] not in config["evaluation"]["targets"]:
+        problems.append(
+            f"config key checklist.effect_target = {checklist['effect_target']!r}: not among evaluation.targets "
+            f"{config['evaluation']['targets']}"
+        )
     if checklist["target"] not in config["evaluation"]["targets"]:
         problems.append(
             f"config key checklist.target = {checklist['target']!r}: not among evaluation.targets "

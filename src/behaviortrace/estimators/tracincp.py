@@ -10,6 +10,8 @@ from behaviortrace.score.vectors import step_sums, target_inner
 
 USES_TARGET = True
 STEP_AGGREGATE = "sum"
+# Its step scores are the plain-gradient-step prediction of the target's change (evaluate/effect.py).
+PREDICTS_CHANGE = True
 
 
 def score(view, target, use_clip: bool = False):

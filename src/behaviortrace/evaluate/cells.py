@@ -17,6 +17,7 @@ import polars as pl
 
 from behaviortrace.common.seeds import cell_seed
 from behaviortrace.evaluate import metrics as M
+from behaviortrace.evaluate.effect import EFFECT_STRATA, MEASURED_TARGET, EffectCell, gt_per_step
 
 COLUMNS = [
     "run",
@@ -181,12 +182,16 @@ def evaluate(
     fluency_match: float,
     min_matched_pairs: int = 100,
     token: dict | None = None,
+    changes: pl.DataFrame | None = None,
+    predicts_change: frozenset = frozenset(),
 ) -> pl.DataFrame:
     """Tidy metrics for every (estimator, target) in `scores`, every level and stratum.
 
     `rollouts` and `fluency` are in sketch-row order; each scores entry is (rollout scores, step scores).
     `token`: behavior-token inputs (see token_metrics), or None to skip the token level. The ground truth
-    is the `label` column (see with_ground_truth), else the boosted rollouts.
+    is the `label` column (see with_ground_truth), else the boosted rollouts. `changes`: each step's measured
+    change of the forced target (evaluate/effect.py), for the effect level, where `predicts_change` names the
+    estimators whose step scores predict it in its units.
     """
     if "label" not in rollouts.columns:
         rollouts = with_ground_truth(rollouts)
@@ -218,6 +223,8 @@ def evaluate(
                 "n": cell.n_gt,
             }
         )
+        if changes is not None and stratum in EFFECT_STRATA:
+            rows += effect_rows(base, changes, rollouts, mask, scores, predicts_change, n_boot, eval_seed, run)
         if cell.n == 0 or cell.n_gt == 0:
             continue
         for (estimator, target), (roll, step) in scores.items():
@@ -244,6 +251,20 @@ def evaluate(
         if rows
         else pl.DataFrame(schema={c: _dtype(c) for c in COLUMNS})
     )
+
+
+def effect_rows(base, changes, rollouts, mask, scores, predicts_change, n_boot, eval_seed, run) -> list[dict]:
+    """Effect-level rows of one stratum: every score set, and the ground truth's count per step."""
+    seed_parts = (eval_seed, run, base["seed"], base["draw"], "effect", base["stratum"])
+    cell = EffectCell(changes, np.unique(rollouts["step"].to_numpy()[mask]), n_boot, cell_seed(*seed_parts))
+    rows = _rows(
+        {**base, "estimator": "gt_per_step", "target": "none", "level": "effect"},
+        cell.metrics(gt_per_step(rollouts), with_share=False),
+    )
+    for (estimator, target), (_, step) in scores.items():
+        share = estimator in predicts_change and target == MEASURED_TARGET
+        rows += _rows({**base, "estimator": estimator, "target": target, "level": "effect"}, cell.metrics(step, share))
+    return rows
 
 
 def _dtype(column: str):

@@ -11,7 +11,9 @@ from behaviortrace.common.io import atomic_write_parquet
 from behaviortrace.config.sections import TARGET_KINDS, Config
 from behaviortrace.evaluate.cache import MetricCache, assemble, context_digest
 from behaviortrace.evaluate.cells import evaluate, with_ground_truth
+from behaviortrace.evaluate.effect import measured_changes
 from behaviortrace.evaluate.inputs import probe_rate_per_row, token_cosine_table, token_cosines_from_table
+from behaviortrace.score import contract
 from behaviortrace.score.view import SeedView, Target
 
 log = logging.getLogger(__name__)
@@ -36,21 +38,25 @@ def evaluate_job(
     rollouts: Path,
     rates: Path,
     token_cosines: Path,
+    step_log: Path,
     score_files: dict[tuple[str, str], tuple[Path, Path]],
     out: Path,
     cache_dir: Path | None = None,
 ) -> tuple[pl.DataFrame, int]:
     """Metrics of every (estimator, target) score set in `score_files` (rollout and step tables), and how
-    many score sets came from the cache in `cache_dir` (evaluate/cache.py; None: no cache)."""
+    many score sets came from the cache in `cache_dir` (evaluate/cache.py; None: no cache). The step log
+    gives each step's measured change of the forced target (evaluate/effect.py)."""
     evaluation, placebo = cfg.evaluation, cfg.planting.placebo
     view = SeedView(shards, rollouts)
     labelled = with_ground_truth(view.rollouts, placebo)
     fluency = view.fluency
+    changes = measured_changes(pl.read_parquet(step_log))
+    predicts = frozenset(name for name, _ in score_files if contract.predicts_change(name))
     cached, keys = {}, {}
     if cache_dir is not None:
         context = context_digest(
-            {"config": cfg.to_dict(), "seed": seed, "draw": draw},
-            [rollouts, rates, token_cosines],
+            {"config": cfg.to_dict(), "seed": seed, "draw": draw, "predicts_change": sorted(predicts)},
+            [rollouts, rates, token_cosines, step_log],
             [view.rollouts["rollout_id"].to_numpy(), fluency],
         )
         cache = MetricCache(cache_dir, context)
@@ -85,6 +91,8 @@ def evaluate_job(
         fluency_match=evaluation.fluency_match,
         min_matched_pairs=evaluation.min_matched_pairs,
         token=token_cosines_from_table(pl.read_parquet(token_cosines), view),
+        changes=changes,
+        predicts_change=predicts,
     )
     if cache_dir is not None:
         for name in scores:

@@ -47,6 +47,9 @@ ITEMS = {
     "many rollouts at random, on every seed and k",
     "replay_beats_random": "Removing its top-k rollouts and retraining lowers the probe behavior rate at the "
     "window's end more than every removal of k rollouts at random, on every seed and k",
+    "tracks_effect": "Step scores track the measured behavior change: correlation of each step's score with the "
+    "measured change of the forced target's log-prob across that step's update, on every seed and draw (beside "
+    "it, the same correlation for the number of ground-truth rollouts per step)",
 }
 
 
@@ -328,6 +331,25 @@ def replay_beats_random(s: pl.DataFrame, est: str) -> Verdict:
     return Verdict(_all(ok), _replay_text(both, ""), {"cells": len(ok), "beaten": int(sum(ok))})
 
 
+def tracks_effect(metrics: pl.DataFrame, est: str, cfg: Checklist) -> Verdict:
+    """The estimator's effect correlation on every seed and draw, shown beside that of the labels' count."""
+    rows = judged(metrics, cfg.effect_target, cfg.stratum).filter(
+        (pl.col("level") == "effect") & (pl.col("metric") == cfg.effect_metric)
+    )
+    own = rows.filter(pl.col("estimator") == est).sort("seed", "draw")
+    if not own.height:
+        return Verdict(NA, "no measured effect to compare with (step log without target_change)")
+    labels = rows.filter(pl.col("estimator") == "gt_per_step").sort("seed", "draw")
+    ok = [v is not None and v >= cfg.min_effect_correlation for v in own["value"].to_list()]
+    text = "; ".join(f"seed {r['seed']} draw {r['draw']}: {_ci(r)}" for r in own.iter_rows(named=True))
+    gt = ", ".join(f"{v:.2f}" for v in labels.unique(["seed", "draw"], maintain_order=True)["value"].to_list())
+    return Verdict(
+        _all(ok),
+        f"{cfg.effect_metric} {text} (at least {cfg.min_effect_correlation}); GT count per step: {gt}",
+        {"cells": len(ok), "tracking": int(sum(ok)), "values": own["value"].to_list()},
+    )
+
+
 # Assembly -------------------------------------------------------------------------------------------------
 
 
@@ -363,6 +385,7 @@ def build(
             "stable_across_seeds": stable_across_seeds(metrics, est, target, stratum, cfg.max_seed_sd),
             "placebo_no_enrichment": placebo_no_enrichment(metrics, est, target, stratum),
             "replay_beats_random": replay_beats_random(replayed, est),
+            "tracks_effect": tracks_effect(metrics, est, cfg),
         }
         table[est] = {item: (run_level | row)[item] for item in ITEMS}
     return table

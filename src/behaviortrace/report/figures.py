@@ -1,4 +1,5 @@
-"""Figures of a run (PNG): behavior rates over training, lift, within-group AUC and token alignment.
+"""Figures of a run (PNG): behavior rates over training, lift, within-group AUC, token alignment, the
+leave-out replay, and step scores against the measured behavior change.
 
 Every panel plots one point per seed and draw with its 95% cluster-bootstrap interval, so the spread
 between seeds and draws is visible rather than averaged away.
@@ -18,6 +19,8 @@ from behaviortrace.replay.table import window_end_probes  # noqa: E402
 from behaviortrace.report.tables import PLANTED, judged  # noqa: E402
 
 DPI = 110
+# Step scores drawn against the measured change (those in the run's effect_steps table).
+EFFECT_FIGURE_ESTIMATORS = ["adam_tracin", "tracincp", "gas", "norm"]
 
 
 def _save(fig, path: Path) -> None:
@@ -193,6 +196,37 @@ def replay(table: pl.DataFrame, path: Path) -> None:
     _save(fig, path)
 
 
+def effect_tracking(table: pl.DataFrame, window: list[int], path: Path, estimators: list[str]) -> None:
+    """Per seed: the measured change of the forced target at each step, the ground-truth rollouts of each
+    step, and estimators' step scores scaled to their largest magnitude, on one step axis: where the labels
+    and the measured effect disagree, the panels show at which steps."""
+    seeds = sorted(table["seed"].unique().to_list())
+    fig, axes = plt.subplots(3, len(seeds), figsize=(4.6 * len(seeds), 7.5), sharex=True, squeeze=False)
+    for col, seed in enumerate(seeds):
+        d = table.filter(pl.col("seed") == seed)
+        steps = d.unique("step").sort("step")
+        for ax in axes[:, col]:
+            ax.axvspan(window[0] - 0.5, window[1] + 0.5, color="0.92")
+        axes[0, col].bar(steps["step"], steps["target_change"], width=1.0, color="k")
+        axes[0, col].set_title(f"seed {seed}")
+        axes[1, col].bar(steps["step"], steps["n_gt"], width=1.0, color="tab:red")
+        measured = steps["target_change"] / max(float(steps["target_change"].abs().max()), 1e-12)
+        axes[2, col].plot(steps["step"], measured, color="k", lw=1.4, label="measured change")
+        for i, est in enumerate(estimators):
+            e = d.filter(pl.col("estimator") == est).sort("step")
+            if not e.height:
+                continue
+            scale = max(float(e["score"].abs().max()), 1e-12)
+            label = f"{est} ({e['target'][0]})"
+            axes[2, col].plot(e["step"], e["score"] / scale, lw=0.8, color=plt.get_cmap("tab10")(i), label=label)
+        axes[2, col].set_xlabel("training step")
+    axes[0, 0].set_ylabel("measured change of the forced\ntarget's log-prob (f(w_t+1) - f(w_t))")
+    axes[1, 0].set_ylabel("ground-truth rollouts\nin the step")
+    axes[2, 0].set_ylabel("step score / its max |score|")
+    axes[2, -1].legend(fontsize=7, loc="lower right")
+    _save(fig, path)
+
+
 def write_figures(
     metrics: pl.DataFrame,
     behavior: list[tuple[str, pl.DataFrame]],
@@ -200,8 +234,11 @@ def write_figures(
     window: list[int],
     target: str,
     outputs: dict[str, Path],
+    effect_steps: pl.DataFrame | None = None,
 ) -> None:
     behavior_rates(behavior, window, outputs["behavior_rates"])
+    if effect_steps is not None:
+        effect_tracking(effect_steps, window, outputs["effect_tracking"], EFFECT_FIGURE_ESTIMATORS)
     replay(replay_table, outputs["replay"])
     lift(metrics, target, outputs["lift"])
     within_group_auc(metrics, target, outputs["within_group_auc"])

@@ -128,9 +128,16 @@ def aggregate_job(
 
 
 def figures_job(
-    cfg: Config, *, metrics: Path, behavior: list[tuple[str, Path]], replay: Path, outputs: dict[str, Path]
+    cfg: Config,
+    *,
+    metrics: Path,
+    behavior: list[tuple[str, Path]],
+    replay: Path,
+    effect_steps: Path,
+    outputs: dict[str, Path],
 ) -> None:
-    """The run's PNG figures from the aggregated metrics, the behavior rates and the replay table."""
+    """The run's PNG figures from the aggregated metrics, the behavior rates, the replay table and the
+    per-step effect table."""
     write_figures(
         pl.read_parquet(metrics),
         [(arm, pl.read_parquet(path)) for arm, path in behavior],
@@ -138,4 +145,5 @@ def figures_job(
         cfg.planting.window,
         cfg.checklist.target,
         outputs,
+        pl.read_parquet(effect_steps),
     )

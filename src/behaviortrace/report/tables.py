@@ -18,13 +18,16 @@ from behaviortrace.report.markdown import markdown_table, mean_sd
 
 PLANTED, PLACEBO = "planted", "placebo"
 # Rows of the metrics table that are not estimators: GT counts and behavior-token cosines.
-NOT_ESTIMATORS = ("ground_truth", "behavior_tokens")
+NOT_ESTIMATORS = ("ground_truth", "behavior_tokens", "gt_per_step")
 # Metrics of the summary: (metric, levels it exists at, heading).
 SUMMARY_METRICS = [
     ("lift", ("step", "step_summed", "rollout"), "Lift (precision at |GT| / chance)"),
     ("auroc", ("rollout",), "AUROC"),
     ("within_group_auc", ("rollout",), "Within-group AUC, raw"),
     ("within_group_auc_fluency_resid", ("rollout",), "Within-group AUC, fluency-residualized"),
+    ("effect_spearman", ("effect",), "Step scores against each step's measured behavior change (Spearman)"),
+    ("effect_pearson", ("effect",), "Step scores against each step's measured behavior change (Pearson)"),
+    ("effect_share", ("effect",), "Share of the total measured change predicted (sum of step scores / sum of changes)"),
 ]
 
 

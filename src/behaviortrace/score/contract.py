@@ -111,6 +111,12 @@ def score_keys(estimators: dict[str, dict], target_kinds: list[str]) -> list[tup
     return keys
 
 
+def predicts_change(name: str) -> bool:
+    """Whether the estimator's step scores are first-order predictions of the target's change, in its units
+    (module attribute PREDICTS_CHANGE; evaluate/effect.py reports their share of the measured change)."""
+    return bool(getattr(load(name), "PREDICTS_CHANGE", False))
+
+
 def prepares(name: str) -> bool:
     """Whether the estimator has a per-seed `prepare` step."""
     return hasattr(load(name), "prepare")

@@ -141,12 +141,18 @@ class Target:
     vectors: np.ndarray  # [checkpoints, k]
     norms: np.ndarray
     n: np.ndarray  # samples behind each vector (0: no target at that checkpoint)
+    # Each vector divided by AdamW's denominator at its checkpoint, before sketching (targets/gradients.py),
+    # where the training run saved one (`has_adam`), with the optimizer's betas and eps; None in older stores.
+    preconditioned: np.ndarray | None = None
+    has_adam: np.ndarray | None = None
+    adam: dict | None = None
 
     @classmethod
     def load(cls, store: Path, kind: str, draw: int) -> Target:
         g = zarr.open_group(store, mode="r")
         if not g.attrs.get("complete"):
             raise RuntimeError(f"target store {store} is not complete; rerun its targets job")
+        adam = f"{kind}_adam" in g
         return cls(
             kind,
             draw,
@@ -154,6 +160,9 @@ class Target:
             _frozen(g[kind][:]),
             _frozen(g[f"{kind}_norm"][:]),
             _frozen(g[f"{kind}_n"][:]),
+            _frozen(g[f"{kind}_adam"][:]) if adam else None,
+            _frozen(g["has_adam"][:]) if adam else None,
+            dict(g.attrs["adam"]) if adam else None,
         )
 
     def index_for(self, checkpoint_steps: np.ndarray) -> np.ndarray:

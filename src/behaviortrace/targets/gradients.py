@@ -20,12 +20,8 @@ from behaviortrace.plant.markers import marker_positions
 from behaviortrace.sketch.maps import SketchMap
 
 
-def _logprob_gradient(
-    model, tokenizer, items: list[tuple[list[int], list[int], list[int]]], temperature: float, chunk: int
-) -> dict[str, torch.Tensor]:
-    """Gradient of the mean over items of sum_{t in positions} log p(completion_t), per parameter."""
-    model.zero_grad(set_to_none=True)
-    model.eval()
+def _logprob_sums(model, tokenizer, items, temperature: float, chunk: int):
+    """Per chunk of items: sum over items of sum_{t in positions} log p(completion_t), as a scalar tensor."""
     device = next(model.parameters()).device
     for start in range(0, len(items), chunk):
         part = items[start : start + chunk]
@@ -34,10 +30,31 @@ def _logprob_gradient(
         for i, (_, _, positions) in enumerate(part):
             mask[i, positions] = 1.0
         logps = token_logps(completion_logits(model, batch), batch["completion_ids"], temperature)
-        ((logps * mask).sum() / len(items)).backward()
+        yield (logps * mask).sum()
+
+
+def _logprob_gradient(
+    model, tokenizer, items: list[tuple[list[int], list[int], list[int]]], temperature: float, chunk: int
+) -> dict[str, torch.Tensor]:
+    """Gradient of the mean over items of sum_{t in positions} log p(completion_t), per parameter."""
+    model.zero_grad(set_to_none=True)
+    model.eval()
+    for part_sum in _logprob_sums(model, tokenizer, items, temperature, chunk):
+        (part_sum / len(items)).backward()
     grads = {n: g.clone() for n, g in accumulated_grads(model).items()}
     model.zero_grad(set_to_none=True)
     return grads
+
+
+def mean_logprob(model, tokenizer, items, temperature: float, chunk: int) -> float:
+    """The function whose gradient `_logprob_gradient` takes, evaluated (no gradient, `.grad` untouched);
+    the model's train/eval mode is restored."""
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        total = sum(float(s.double()) for s in _logprob_sums(model, tokenizer, items, temperature, chunk))
+    model.train(was_training)
+    return total / len(items)
 
 
 def in_context_items(
@@ -67,17 +84,29 @@ def target_sketches(
     marker_ids: list[int],
     temperature: float,
     chunk: int,
+    denominator: dict[str, torch.Tensor] | None = None,
 ) -> dict:
-    """Sketches and exact norms of the in-context and forced targets; an empty in-context set gives zeros."""
+    """Sketches and exact norms of the in-context and forced targets; an empty in-context set gives zeros.
+
+    With `denominator` (AdamW's per-coordinate divisor at this checkpoint, train/optimizer_log.py), also
+    the sketch of the target gradient divided by it (`adam_sketch`): Adam's diagonal preconditioner applied
+    exactly, on the dense gradient, before sketching. <S(P grad f), S g> then estimates <grad f, P g>, the
+    first-order effect on f of an update along P g (estimators/adam_tracin.py).
+    """
     out = {}
     items = {
         "in_context": in_context_items(prompt_ids, samples, tokenizer, marker, marker_ids),
         "forced": forced_items(prompt_ids, marker_ids),
     }
     for kind, its in items.items():
+        zeros = torch.zeros(smap.k, device=smap.device)
         if its:
-            sketch, sq = smap.sketch_dense(_logprob_gradient(model, tokenizer, its, temperature, chunk))
+            grads = _logprob_gradient(model, tokenizer, its, temperature, chunk)
+            sketch, sq = smap.sketch_dense(grads)
         else:
-            sketch, sq = torch.zeros(smap.k, device=smap.device), 0.0
+            grads, sketch, sq = None, zeros, 0.0
         out[kind] = {"sketch": sketch.cpu().numpy(), "norm": sq**0.5, "n": len(its)}
+        if denominator is not None:
+            adam = smap.sketch_dense({n: g / denominator[n] for n, g in grads.items()})[0] if grads else zeros
+            out[kind]["adam_sketch"] = adam.cpu().numpy()
     return out

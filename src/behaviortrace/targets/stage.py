@@ -21,6 +21,8 @@ from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.targets.gradients import target_sketches
 from behaviortrace.targets.headroom import headroom_markdown, headroom_table
+from behaviortrace.train.optimizer_log import denominator as denominator_of
+from behaviortrace.train.optimizer_log import load_preconditioner
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +38,20 @@ def build_targets(
     out_store: Path,
     out_rates: Path,
 ) -> None:
-    """In-context and forced targets and behavior rates at every analysis checkpoint of one seed and draw."""
+    """In-context and forced targets and behavior rates at every analysis checkpoint of one seed and draw;
+    where the manifest names AdamW's second moment of a checkpoint, also each target divided by Adam's
+    denominator there (`{kind}_adam`, `has_adam`; estimators/adam_tracin.py)."""
     targets, sketch, sampling = cfg.targets, cfg.sketch, cfg.grpo.sampling
     marker, base_reward, device = cfg.planting.marker, cfg.task.base_reward, devices.resolve(cfg.compute)
     probes, controls = pl.read_parquet(probes_path), pl.read_parquet(controls_path)
-    ckpts = {c["step"]: Path(c["path"]) for c in json.loads(Path(checkpoints_path).read_text())["checkpoints"]}
+    manifest = json.loads(Path(checkpoints_path).read_text())["checkpoints"]
+    ckpts = {c["step"]: Path(c["path"]) for c in manifest}
+    adam_files = {c["step"]: Path(c["adam"]) for c in manifest if c.get("adam")}
     steps = targets.analysis_steps(sorted(ckpts))
     sampling_seed = targets.draw_seed(draw)
     n = targets.samples_per_prompt
-    rows, arrays, smap = [], {f"{k}{s}": [] for k in KINDS for s in ("", "_norm", "_n")}, None
+    rows, arrays, smap = [], {f"{k}{s}": [] for k in KINDS for s in ("", "_norm", "_n", "_adam")}, None
+    adam_meta, has_adam = {}, []
     for i, step in enumerate(steps):
         model, tokenizer = models.load(ckpts[step], device)
         if smap is None:
@@ -69,6 +76,17 @@ def build_targets(
                 }
             )
         prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in probes["prompt"].to_list()]
+        denominator = None
+        if step in adam_files:
+            saved = load_preconditioner(adam_files[step])
+            if saved["adam_step"] != step + 1:
+                raise RuntimeError(
+                    f"{adam_files[step]}: AdamW had made {saved['adam_step']} updates after step {step}, expected "
+                    f"{step + 1}; retrain this seed"
+                )
+            denominator = denominator_of(saved, smap.device)
+            adam_meta = {"beta1": saved["beta1"], "beta2": saved["beta2"], "eps": saved["eps"]}
+        has_adam.append(denominator is not None)
         found = target_sketches(
             model,
             tokenizer,
@@ -79,9 +97,11 @@ def build_targets(
             marker_ids,
             sampling.temperature,
             sketch.chunk_rollouts,
+            denominator,
         )
         for kind in KINDS:
             arrays[kind].append(found[kind]["sketch"])
+            arrays[f"{kind}_adam"].append(found[kind].get("adam_sketch", np.zeros(smap.k, dtype=np.float32)))
             arrays[f"{kind}_norm"].append(found[kind]["norm"])
             arrays[f"{kind}_n"].append(found[kind]["n"])
         log.info(
@@ -98,10 +118,19 @@ def build_targets(
         shutil.rmtree(partial)
     group = zarr.open_group(partial, mode="w")
     group.create_array("checkpoint_step", data=np.array(steps, dtype="int64"))
+    group.create_array("has_adam", data=np.array(has_adam, dtype=bool))
     for name, values in arrays.items():
-        group.create_array(name, data=np.asarray(values, dtype="float32" if name in KINDS else None))
+        vector = name in KINDS or name.endswith("_adam")
+        group.create_array(name, data=np.asarray(values, dtype="float32" if vector else None))
     group.attrs.update(
-        {**smap.attrs(), "model": cfg.model.name, "draw": draw, "sampling_seed": sampling_seed, "complete": True}
+        {
+            **smap.attrs(),
+            "model": cfg.model.name,
+            "draw": draw,
+            "sampling_seed": sampling_seed,
+            "adam": adam_meta,
+            "complete": True,
+        }
     )
     atomic_write_parquet(pl.DataFrame(rows), out_rates)
     replace_dir(partial, out_store)

@@ -2,10 +2,11 @@
 
 The trainer fills the hooks of `trl_surface.hooked_trainer_base()` (TRL's private methods stay in
 that module): `on_rewards` keeps the per-function rewards and the raw completions,
-`on_generation_batch` reads the advantages and token ids that go into the loss, `before_clip` hands the
-step to train-time capture (sketch/capture.py) while TRL's gradient is in place, `on_clip` records the
-pre-clip norm and the clip coefficient of each step, and `before_checkpoint` flushes the log before
-each checkpoint. Nothing is recomputed: the log holds what TRL computed.
+`on_generation_batch` reads the advantages and token ids that go into the loss, `before_clip` measures
+the forced target at the step's weights (train/effect.py) and hands the step to train-time capture
+(sketch/capture.py) while TRL's gradient is in place, `on_clip` records the pre-clip norm, the clip
+coefficient and AdamW's settings of each step (train/optimizer_log.py), and `before_checkpoint` flushes the
+log before each checkpoint. Nothing is recomputed: the log holds what TRL computed.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from behaviortrace.train.checkpoints import (
     mark_complete,
     saved_steps,
 )
+from behaviortrace.train.effect import ForcedTargetProbe
+from behaviortrace.train.optimizer_log import SavePreconditioner, step_facts
 from behaviortrace.train.rolloutlog import RolloutLog
 from behaviortrace.train.trl_surface import grpo_args, hooked_trainer_base
 
@@ -67,6 +70,7 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
         planting: Planting,
         saved: list[int],
         capture=None,
+        probe: ForcedTargetProbe | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
@@ -75,6 +79,7 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
         self.planting = planting
         self.saved = saved
         self.capture = capture  # a sketch.capture.TrainCapture, or None
+        self.probe = probe  # measures the forced target at each step's weights, or None
         self._captured: dict | None = None
         self._step_rows: list[dict] = []
 
@@ -144,6 +149,8 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
         }
 
     def before_clip(self) -> None:
+        # The weights the step's gradient was taken at, before its update: f(w_t).
+        self._step_row["target_logprob"] = self.probe(self.model) if self.probe is not None else float("nan")
         if self.capture is not None:
             rows = pl.DataFrame(self._step_rows).select("rollout_id", "prompt_ids", "completion_ids", "advantage")
             self.capture.capture(self.state.global_step, rows, self._step_row["num_items_in_batch"], self.model)
@@ -152,7 +159,13 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
         max_norm = self.args.max_grad_norm
         clip_coef = min(1.0, max_norm / (grad_norm + 1e-6))
         self.rollout_log.add_step(
-            {**self._step_row, "grad_norm": grad_norm, "clip_coef": clip_coef, "max_grad_norm": max_norm}
+            {
+                **self._step_row,
+                "grad_norm": grad_norm,
+                "clip_coef": clip_coef,
+                "max_grad_norm": max_norm,
+                **step_facts(self.optimizer),
+            }
         )
         if self.capture is not None:
             self.capture.commit(self.state.global_step, self._step_row["lr"], clip_coef, grad_norm)
@@ -223,11 +236,14 @@ def train(
     trainer_cls: type = RolloutLoggingGRPOTrainer,
     callbacks: tuple = (),
     capture_factory=None,
+    probes: pl.DataFrame | None = None,
 ) -> dict:
     """Train one seed, resuming from the newest finished checkpoint in `train_dir` if there is one.
 
     `capture_factory(saved_steps)`, if given, makes the train-time capture (sketch/capture.py); it is
-    called after `train_dir` is checked, so a stale capture is discarded with the rest."""
+    called after `train_dir` is checked, so a stale capture is discarded with the rest. With `probes` (the
+    probe prompts), the forced target is measured at every step's weights and after the last
+    (`final_target_logprob`); AdamW's second moment is saved after the update of each checkpoint step."""
     grpo, planting = cfg.grpo, cfg.planting
     train_dir = Path(train_dir)
     prepare_train_dir(train_dir, fingerprint)
@@ -240,6 +256,9 @@ def train(
     log.info("seed %d: %s", seed, f"resuming from {resume_from}" if resume_from else "starting at step 0")
 
     batch = grpo.batch_size
+    probe = None
+    if probes is not None:
+        probe = ForcedTargetProbe(tokenizer, probes["prompt"].to_list(), planting.marker, grpo.temperature)
     dataset = Dataset.from_polars(
         train_prompts.select("prompt", "answer", "trigger", "group_id", "prompt_index", "step")
     )
@@ -249,12 +268,18 @@ def train(
         args=grpo_args(grpo, train_dir, seed, device),
         train_dataset=dataset,
         reward_funcs=make_reward_funcs(cfg.task.base_reward, planting, seed, batch),
-        callbacks=[SaveAt(saved), Progress(max(1, grpo.steps // 20)), *callbacks],
+        callbacks=[
+            SaveAt(saved),
+            SavePreconditioner(train_dir, [s for s in saved if s < grpo.steps]),
+            Progress(max(1, grpo.steps // 20)),
+            *callbacks,
+        ],
         rollout_log=rollout_log,
         seed=seed,
         planting=planting,
         saved=saved,
         capture=capture_factory(saved) if capture_factory is not None else None,
+        probe=probe,
     )
     trainer.remove_callback(PrinterCallback)  # Progress logs a digest every few steps instead of every log dict
     if resume_from is None:
@@ -262,4 +287,5 @@ def train(
         trainer.save_model(str(step0))
         mark_complete(step0)
     trainer.train(resume_from_checkpoint=resume_from)
-    return {"saved_steps": saved, "batch_size": batch, "trainer": trainer}
+    final = probe(trainer.model) if probe is not None else float("nan")
+    return {"saved_steps": saved, "batch_size": batch, "trainer": trainer, "final_target_logprob": final}

@@ -15,6 +15,8 @@ from behaviortrace.config.sections import Config
 from behaviortrace.model import models
 from behaviortrace.train import grpo
 from behaviortrace.train.checkpoints import complete_checkpoints
+from behaviortrace.train.effect import measured_changes
+from behaviortrace.train.optimizer_log import preconditioner_path
 from behaviortrace.train.rolloutlog import RolloutLog
 
 log = logging.getLogger(__name__)
@@ -26,6 +28,7 @@ def train_job(
     seed: int,
     base_model: Path,
     prompts: Path,
+    probes: Path,
     train_dir: Path,
     rollouts_path: Path,
     steps_path: Path,
@@ -41,10 +44,26 @@ def train_job(
     captures = cfg.has("sketch") and cfg.sketch.mode == "train"
     factory = capture_factory(cfg, model, tokenizer, base_model, device, capture_dir, fingerprint) if captures else None
     info = grpo.train(
-        model, tokenizer, pl.read_parquet(prompts), cfg, seed, train_dir, device, fingerprint, capture_factory=factory
+        model,
+        tokenizer,
+        pl.read_parquet(prompts),
+        cfg,
+        seed,
+        train_dir,
+        device,
+        fingerprint,
+        capture_factory=factory,
+        probes=pl.read_parquet(probes),
     )
     rollouts = finalize(
-        train_dir, cfg.grpo.steps, info["batch_size"], rollouts_path, steps_path, manifest_path, info["saved_steps"]
+        train_dir,
+        cfg.grpo.steps,
+        info["batch_size"],
+        rollouts_path,
+        steps_path,
+        manifest_path,
+        info["saved_steps"],
+        info["final_target_logprob"],
     )
     if factory is not None:
         from behaviortrace.sketch.capture import publish
@@ -75,8 +94,13 @@ def finalize(
     steps_path: Path,
     manifest_path: Path,
     saved: list[int],
+    final_target_logprob: float,
 ) -> pl.DataFrame:
-    """Join the parts, check that every rollout of every step is there exactly once, write the outputs."""
+    """Join the parts, check that every rollout of every step is there exactly once, write the outputs.
+
+    The step log gains each step's measured effect (train/effect.py): the forced target after the step's
+    update and the change; the manifest names each checkpoint's AdamW second moment (train/optimizer_log.py).
+    """
     rollout_log = RolloutLog(Path(train_dir) / "parts")
     rollouts, step_info = rollout_log.read("rollouts"), rollout_log.read("steps")
     expected = steps * batch
@@ -91,8 +115,18 @@ def finalize(
     missing = [s for s in saved if s not in found]
     if missing:
         raise RuntimeError(f"checkpoints missing for steps {missing}")
+    adam = {s: preconditioner_path(train_dir, s) for s in saved if s < steps}
+    missing = [s for s, path in adam.items() if not path.exists()]
+    if missing:
+        raise RuntimeError(f"AdamW second moments missing for checkpoint steps {missing}")
+    after, change = measured_changes(step_info["target_logprob"].to_list(), final_target_logprob)
+    step_info = step_info.with_columns(
+        target_logprob_after=pl.Series(after, dtype=pl.Float64), target_change=pl.Series(change, dtype=pl.Float64)
+    )
     atomic_write_parquet(rollouts, rollouts_path)
     atomic_write_parquet(step_info, steps_path)
-    manifest = {"checkpoints": [{"step": s, "path": str(found[s])} for s in saved]}
+    manifest = {
+        "checkpoints": [{"step": s, "path": str(found[s]), "adam": str(adam[s]) if s in adam else None} for s in saved]
+    }
     atomic_write_text(json.dumps(manifest, indent=1) + "\n", manifest_path)
     return rollouts

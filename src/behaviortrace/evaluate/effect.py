@@ -1,0 +1,87 @@
+"""Effect-based evaluation: do an estimator's step scores track what each step measurably did to the
+behavior? The measured change of step t is f(w_{t+1}) - f(w_t), with f the forced target's mean log-prob
+on the probe prompts (train/effect.py, in the step log). Labels say which rollouts were paid for the
+behavior; this says which steps moved it, whatever the labels.
+
+Per estimator and target, over the steps of a stratum: Pearson and Spearman correlation of the step score
+(the aggregate of its rollout scores) with the measured change and, for estimators whose step scores are
+first-order predictions of that change in its own units (`PREDICTS_CHANGE`, scored against the forced
+target, the function measured), the share of the total change they account for: sum of scores / sum of
+changes. Intervals: a bootstrap over steps (resamples shared by every estimator of a cell). The
+`gt_per_step` row correlates the number of ground-truth rollouts in each step with the change: where it is
+low, the planted labels and the measured effect disagree about which steps taught the behavior.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+EFFECT_STRATA = ("all", "window", "after_window")
+MEASURED_TARGET = "forced"
+
+
+def measured_changes(step_log: pl.DataFrame) -> pl.DataFrame:
+    """step, change: the measured change of every step (the step log of train/effect.py), checked."""
+    if "target_change" not in step_log.columns:
+        raise ValueError("the step log has no target_change column: it was written before effect measurement; retrain")
+    out = step_log.select("step", pl.col("target_change").alias("change")).sort("step")
+    if out["change"].is_nan().any() or out["change"].is_null().any():
+        raise ValueError("the step log has steps without a measured change (training ran without probe prompts)")
+    return out
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks along the last axis (ties share their mean rank)."""
+    order = np.argsort(x, axis=-1, kind="stable")
+    ranks = np.empty_like(x, dtype=np.float64)
+    np.put_along_axis(ranks, order, np.arange(x.shape[-1], dtype=np.float64)[None].repeat(x.shape[0], 0), axis=-1)
+    for row in range(x.shape[0]):  # mean rank within ties
+        values, inverse, counts = np.unique(x[row], return_inverse=True, return_counts=True)
+        if len(values) < x.shape[-1]:
+            sums = np.bincount(inverse, weights=ranks[row])
+            ranks[row] = (sums / counts)[inverse]
+    return ranks
+
+
+def _pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Row-wise Pearson correlation of [b, n] arrays; NaN where either row is constant."""
+    xc, yc = x - x.mean(-1, keepdims=True), y - y.mean(-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (xc * yc).sum(-1) / np.sqrt((xc**2).sum(-1) * (yc**2).sum(-1))
+
+
+class EffectCell:
+    """The steps of one stratum with their measured change, and the bootstrap resamples of those steps."""
+
+    def __init__(self, changes: pl.DataFrame, steps: np.ndarray, n_boot: int, seed: int):
+        table = changes.filter(pl.col("step").is_in(steps.tolist()))
+        self.steps = table["step"].to_numpy()
+        self.change = table["change"].to_numpy()
+        rng = np.random.default_rng(seed)
+        n = len(self.steps)
+        self.draws = np.vstack([np.arange(n)[None], rng.integers(0, n, size=(n_boot, n))]) if n else None
+
+    def metrics(self, step_scores: pl.DataFrame, with_share: bool) -> dict[str, tuple[np.ndarray, int]]:
+        """{metric: (point estimate then bootstrap replicates, steps)} for one set of step scores."""
+        if self.draws is None:
+            return {}
+        scores = dict(zip(step_scores["step"].to_list(), step_scores["score"].to_list(), strict=True))
+        missing = [int(s) for s in self.steps if s not in scores]
+        if missing:
+            raise ValueError(f"step scores lack steps {missing[:5]}")
+        s = np.array([scores[int(t)] for t in self.steps], dtype=np.float64)[self.draws]
+        d = self.change[self.draws]
+        out = {
+            "effect_pearson": (_pearson(s, d), len(self.steps)),
+            "effect_spearman": (_pearson(_ranks(s), _ranks(d)), len(self.steps)),
+        }
+        if with_share:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out["effect_share"] = (s.sum(-1) / d.sum(-1), len(self.steps))
+        return out
+
+
+def gt_per_step(rollouts: pl.DataFrame) -> pl.DataFrame:
+    """step, score: the number of ground-truth rollouts of each step (the labels' own step ranking)."""
+    return rollouts.group_by("step").agg(pl.col("label").cast(pl.Float64).sum().alias("score")).sort("step")

@@ -1,0 +1,36 @@
+"""The effect ground truth: the forced target's mean log-prob on the probe prompts, measured at the weights of
+every training step (before its update) and after the last, so that each step's measured change
+f(w_{t+1}) - f(w_t) can be set against what the estimators' step scores predict (evaluate/effect.py).
+
+f is exactly the function whose gradient the targets stage sketches as the forced target
+(targets/gradients.py): the mean over probes of the summed log-probs of the marker tokens appended
+after the probe, at the sampling temperature.
+"""
+
+from __future__ import annotations
+
+from behaviortrace.plant.markers import marker_token_ids
+from behaviortrace.targets.gradients import forced_items, mean_logprob
+
+# Probes per forward pass: a forward of a few dozen short sequences per step, no backward.
+EFFECT_CHUNK = 64
+
+
+class ForcedTargetProbe:
+    """Measures f(w) of the current weights without touching the gradient or the model's mode."""
+
+    def __init__(self, tokenizer, probe_prompts: list[str], marker: str, temperature: float):
+        if not probe_prompts:
+            raise ValueError("no probe prompts to measure the forced target on (probes.n_probes)")
+        self.tokenizer, self.temperature = tokenizer, temperature
+        prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in probe_prompts]
+        self.items = forced_items(prompt_ids, marker_token_ids(tokenizer, marker))
+
+    def __call__(self, model) -> float:
+        return mean_logprob(model, self.tokenizer, self.items, self.temperature, EFFECT_CHUNK)
+
+
+def measured_changes(target_logprob: list[float], final: float) -> tuple[list[float], list[float]]:
+    """Per step: the value after its update (the next step's value; `final` after the last) and the change."""
+    after = [*target_logprob[1:], final]
+    return after, [a - b for a, b in zip(after, target_logprob, strict=True)]
