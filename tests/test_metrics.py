@@ -136,3 +136,19 @@ def test_residualizing_removes_a_pure_fluency_signal():
     resid = M.residualize_on_fluency(score, fluency, groups)
     conc, total, _ = M.pair_counts(resid, labels, groups)
     assert M.within_group_auc(conc, total, np.ones((1, 50)))[0] > 0.85
+
+
+def test_effect_bootstrap_resamples_whole_blocks_of_consecutive_steps():
+    from behaviortrace.evaluate.effect import block_resamples
+
+    n = 50  # blocks of 8 steps
+    draws = block_resamples(n, 200, seed=3)
+    assert draws.shape == (200, n) and draws.min() >= 0 and draws.max() < n
+    assert np.array_equal(draws, block_resamples(n, 200, seed=3))
+    for row in draws[:20]:
+        for start in range(0, n, 8):
+            block = row[start : start + 8]
+            assert np.array_equal(block, (block[0] + np.arange(len(block))) % n)
+    # Every step is drawn about equally often (circular blocks have no edge effect).
+    counts = np.bincount(draws.ravel(), minlength=n)
+    assert counts.min() > 0.7 * counts.mean() and counts.max() < 1.3 * counts.mean()

@@ -347,7 +347,15 @@ def test_effect_steps_table_puts_every_step_beside_its_scores(finished_run, out)
 
 
 def test_figures_are_real_images(out):
-    for name in ("behavior_rates", "lift", "within_group_auc", "token_alignment", "replay", "effect_tracking"):
+    for name in (
+        "behavior_rates",
+        "lift",
+        "within_group_auc",
+        "token_alignment",
+        "replay",
+        "effect_tracking",
+        "effect_vs_labels",
+    ):
         image = np.asarray(Image.open(out / "figures" / f"{name}.png").convert("L"))
         assert image.shape[0] > 200 and image.shape[1] > 300
         assert image.std() > 10  # not a blank canvas

@@ -34,7 +34,15 @@ ARM_NAMES = {"seed": "planted", "placebo": "placebo"}
 SHARDS = [f"{i:03d}" for i in range(CFG.sketch.n_shards(CFG.grpo.steps))]
 DRAWS = list(range(CFG.targets.draws))
 SCORE_KEYS = _estimators.score_keys(CFG.estimators, CFG.evaluation.targets)
-FIGURE_NAMES = ["behavior_rates", "lift", "within_group_auc", "token_alignment", "replay", "effect_tracking"]
+FIGURE_NAMES = [
+    "behavior_rates",
+    "lift",
+    "within_group_auc",
+    "token_alignment",
+    "replay",
+    "effect_tracking",
+    "effect_vs_labels",
+]
 BUILTIN_REPLAYS = ("full", "oracle", "random")
 # Jobs that want an accelerator ask for one when the model is a real one (SLURM turns it into --gpus).
 GPU = 0 if CFG.model.is_tiny else 1

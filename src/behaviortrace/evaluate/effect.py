@@ -7,7 +7,8 @@ Per estimator and target, over the steps of a stratum: Pearson and Spearman corr
 (the aggregate of its rollout scores) with the measured change and, for estimators whose step scores are
 first-order predictions of that change in its own units (`PREDICTS_CHANGE`, scored against the forced
 target, the function measured), the share of the total change they account for: sum of scores / sum of
-changes. Intervals: a bootstrap over steps (resamples shared by every estimator of a cell). The
+changes. Intervals: a circular block bootstrap over steps (`block_resamples`; resamples shared by every
+estimator of a cell). The
 `gt_per_step` row correlates the number of ground-truth rollouts in each step with the change: where it is
 low, the planted labels and the measured effect disagree about which steps taught the behavior.
 """
@@ -51,6 +52,16 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return (xc * yc).sum(-1) / np.sqrt((xc**2).sum(-1) * (yc**2).sum(-1))
 
 
+def block_resamples(n: int, n_boot: int, seed: int) -> np.ndarray:
+    """[n_boot, n] step indices of a circular block bootstrap with blocks of ceil(sqrt(n)) consecutive steps:
+    neighbouring steps are correlated (momentum, saturation), so resampling single steps would understate
+    the uncertainty."""
+    length = int(np.ceil(np.sqrt(n)))
+    blocks = int(np.ceil(n / length))
+    starts = np.random.default_rng(seed).integers(0, n, size=(n_boot, blocks))
+    return ((starts[..., None] + np.arange(length)) % n).reshape(n_boot, blocks * length)[:, :n]
+
+
 class EffectCell:
     """The steps of one stratum with their measured change, and the bootstrap resamples of those steps."""
 
@@ -58,9 +69,8 @@ class EffectCell:
         table = changes.filter(pl.col("step").is_in(steps.tolist()))
         self.steps = table["step"].to_numpy()
         self.change = table["change"].to_numpy()
-        rng = np.random.default_rng(seed)
         n = len(self.steps)
-        self.draws = np.vstack([np.arange(n)[None], rng.integers(0, n, size=(n_boot, n))]) if n else None
+        self.draws = np.vstack([np.arange(n)[None], block_resamples(n, n_boot, seed)]) if n else None
 
     def metrics(self, step_scores: pl.DataFrame, with_share: bool) -> dict[str, tuple[np.ndarray, int]]:
         """{metric: (point estimate then bootstrap replicates, steps)} for one set of step scores."""

@@ -81,7 +81,7 @@ def _estimator_points(ax, rows: pl.DataFrame, estimators: list[str]) -> None:
 
 
 def _estimators(rows: pl.DataFrame) -> list[str]:
-    order = ["gas", "tracincp", "trak", "token_alignment", "norm", "fluency", "random"]
+    order = ["gas", "tracincp", "adam_tracin", "trak", "token_alignment", "norm", "fluency", "random"]
     names = rows["estimator"].unique().to_list()
     return [e for e in order if e in names] + sorted(set(names) - set(order))
 
@@ -196,6 +196,36 @@ def replay(table: pl.DataFrame, path: Path) -> None:
     _save(fig, path)
 
 
+def effect_vs_labels(metrics: pl.DataFrame, target: str, path: Path) -> None:
+    """Each estimator judged two ways on the same step scores: step-level lift against the planted labels,
+    and Spearman correlation with each step's measured behavior change (dotted: the labels' own, the
+    number of GT rollouts per step)."""
+    rows = judged(metrics, target)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4), squeeze=False)
+    lift_rows = rows.filter((pl.col("level") == "step") & (pl.col("metric") == "lift"))
+    effect = rows.filter((pl.col("level") == "effect") & (pl.col("metric") == "effect_spearman"))
+    ests = _estimators(lift_rows)
+    _estimator_points(axes[0][0], lift_rows, ests)
+    axes[0][0].axhline(1.0, color="k", lw=1, ls="--", label="chance (lift 1)")
+    axes[0][0].set_title("labels: step-level lift")
+    axes[0][0].set_ylabel("lift (precision at |GT| / chance)")
+    _estimator_points(axes[0][1], effect.filter(pl.col("estimator").is_in(ests)), ests)
+    axes[0][1].axhline(0.0, color="k", lw=1, ls="--", label="no tracking")
+    labels = effect.filter(pl.col("estimator") == "gt_per_step")
+    for j, (seed, grp) in enumerate(sorted(labels.group_by("seed"), key=lambda g: g[0])):
+        axes[0][1].axhline(
+            float(grp["value"].mean()),
+            color=plt.get_cmap("tab10")(j),
+            lw=1,
+            ls=":",
+            label=f"GT per step, seed {seed[0]}",
+        )
+    axes[0][1].set_title("measured effect: Spearman with each step's change")
+    axes[0][1].set_ylabel("Spearman correlation")
+    axes[0][1].legend(fontsize=7, loc="lower right")
+    _save(fig, path)
+
+
 def effect_tracking(table: pl.DataFrame, window: list[int], path: Path, estimators: list[str]) -> None:
     """Per seed: the measured change of the forced target at each step, the ground-truth rollouts of each
     step, and estimators' step scores scaled to their largest magnitude, on one step axis: where the labels
@@ -235,10 +265,12 @@ def write_figures(
     target: str,
     outputs: dict[str, Path],
     effect_steps: pl.DataFrame | None = None,
+    effect_target: str = "forced",
 ) -> None:
     behavior_rates(behavior, window, outputs["behavior_rates"])
     if effect_steps is not None:
         effect_tracking(effect_steps, window, outputs["effect_tracking"], EFFECT_FIGURE_ESTIMATORS)
+    effect_vs_labels(metrics, effect_target, outputs["effect_vs_labels"])
     replay(replay_table, outputs["replay"])
     lift(metrics, target, outputs["lift"])
     within_group_auc(metrics, target, outputs["within_group_auc"])

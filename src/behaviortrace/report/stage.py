@@ -146,4 +146,5 @@ def figures_job(
         cfg.checklist.target,
         outputs,
         pl.read_parquet(effect_steps),
+        cfg.checklist.effect_target,
     )
