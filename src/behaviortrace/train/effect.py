@@ -30,7 +30,7 @@ class ForcedTargetProbe:
         return mean_logprob(model, self.tokenizer, self.items, self.temperature, EFFECT_CHUNK)
 
 
-def measured_changes(target_logprob: list[float], final: float) -> tuple[list[float], list[float]]:
+def values_after_and_changes(target_logprob: list[float], final: float) -> tuple[list[float], list[float]]:
     """Per step: the value after its update (the next step's value; `final` after the last) and the change."""
     after = [*target_logprob[1:], final]
     return after, [a - b for a, b in zip(after, target_logprob, strict=True)]

@@ -15,7 +15,7 @@ from behaviortrace.config.sections import Config
 from behaviortrace.model import models
 from behaviortrace.train import grpo
 from behaviortrace.train.checkpoints import complete_checkpoints
-from behaviortrace.train.effect import measured_changes
+from behaviortrace.train.effect import values_after_and_changes
 from behaviortrace.train.optimizer_log import preconditioner_path
 from behaviortrace.train.rolloutlog import RolloutLog
 
@@ -119,7 +119,7 @@ def finalize(
     missing = [s for s, path in adam.items() if not path.exists()]
     if missing:
         raise RuntimeError(f"AdamW second moments missing for checkpoint steps {missing}")
-    after, change = measured_changes(step_info["target_logprob"].to_list(), final_target_logprob)
+    after, change = values_after_and_changes(step_info["target_logprob"].to_list(), final_target_logprob)
     step_info = step_info.with_columns(
         target_logprob_after=pl.Series(after, dtype=pl.Float64), target_change=pl.Series(change, dtype=pl.Float64)
     )
