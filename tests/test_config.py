@@ -59,24 +59,16 @@ def test_bad_values_name_key_and_value(path, value, expected):
     assert expected in str(err.value)
 
 
-def test_checklist_target_must_be_evaluated():
+@pytest.mark.parametrize("key", ["target", "effect_target"])
+def test_checklist_target_kinds_must_be_evaluated(key):
     cfg = _with("evaluation.targets", ["in_context"])
-    cfg["checklist"]["target"] = "forced"
-    with pytest.raises(
-        ConfigError, match=r"checklist.target = 'forced': not among evaluation.targets \['in_context'\]"
-    ):
-        validate(cfg)
-
-
-def test_effect_target_must_be_evaluated():
-    cfg = _with("evaluation.targets", ["in_context"])
-    cfg["checklist"]["target"] = "in_context"
-    with pytest.raises(
-        ConfigError, match=r"checklist.effect_target = 'forced': not among evaluation.targets \['in_context'\]"
-    ):
-        validate(cfg)
-    cfg["checklist"]["effect_target"] = "in_context"
+    cfg["checklist"].update(target="in_context", effect_target="in_context")
     validate(cfg)
+    cfg["checklist"][key] = "forced"
+    with pytest.raises(
+        ConfigError, match=rf"checklist.{key} = 'forced': not among evaluation.targets \['in_context'\]"
+    ):
+        validate(cfg)
 
 
 def test_unknown_key_is_named():

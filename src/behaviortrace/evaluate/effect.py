@@ -33,15 +33,12 @@ def measured_changes(step_log: pl.DataFrame) -> pl.DataFrame:
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
-    """Average ranks along the last axis (ties share their mean rank)."""
-    order = np.argsort(x, axis=-1, kind="stable")
-    ranks = np.empty_like(x, dtype=np.float64)
-    np.put_along_axis(ranks, order, np.arange(x.shape[-1], dtype=np.float64)[None].repeat(x.shape[0], 0), axis=-1)
-    for row in range(x.shape[0]):  # mean rank within ties
-        values, inverse, counts = np.unique(x[row], return_inverse=True, return_counts=True)
-        if len(values) < x.shape[-1]:
-            sums = np.bincount(inverse, weights=ranks[row])
-            ranks[row] = (sums / counts)[inverse]
+    """Average ranks of each row of [b, n] (ties share their mean rank)."""
+    ranks = np.empty(x.shape, dtype=np.float64)
+    for row in range(x.shape[0]):
+        _, inverse, counts = np.unique(x[row], return_inverse=True, return_counts=True)
+        first = np.cumsum(counts) - counts
+        ranks[row] = (first + (counts - 1) / 2)[inverse]
     return ranks
 
 

@@ -89,9 +89,9 @@ def target_sketches(
     """Sketches and exact norms of the in-context and forced targets; an empty in-context set gives zeros.
 
     With `denominator` (AdamW's per-coordinate divisor at this checkpoint, train/optimizer_log.py), also
-    the sketch of the target gradient divided by it (`adam_sketch`): Adam's diagonal preconditioner applied
-    exactly, on the dense gradient, before sketching. <S(P grad f), S g> then estimates <grad f, P g>, the
-    first-order effect on f of an update along P g (estimators/adam_tracin.py).
+    the sketch of the target gradient divided by it (`adam_sketch`; zeros without one): Adam's diagonal
+    preconditioner applied exactly, on the dense gradient, before sketching. <S(P grad f), S g> then
+    estimates <grad f, P g>, the first-order effect on f of an update along P g (estimators/adam_tracin.py).
     """
     out = {}
     items = {
@@ -105,8 +105,8 @@ def target_sketches(
             sketch, sq = smap.sketch_dense(grads)
         else:
             grads, sketch, sq = None, zeros, 0.0
-        out[kind] = {"sketch": sketch.cpu().numpy(), "norm": sq**0.5, "n": len(its)}
-        if denominator is not None:
-            adam = smap.sketch_dense({n: g / denominator[n] for n, g in grads.items()})[0] if grads else zeros
-            out[kind]["adam_sketch"] = adam.cpu().numpy()
+        adam = zeros
+        if grads and denominator is not None:
+            adam = smap.sketch_dense({n: g / denominator[n] for n, g in grads.items()})[0]
+        out[kind] = {"sketch": sketch.cpu().numpy(), "norm": sq**0.5, "n": len(its), "adam_sketch": adam.cpu().numpy()}
     return out

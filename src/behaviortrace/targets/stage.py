@@ -101,7 +101,7 @@ def build_targets(
         )
         for kind in KINDS:
             arrays[kind].append(found[kind]["sketch"])
-            arrays[f"{kind}_adam"].append(found[kind].get("adam_sketch", np.zeros(smap.k, dtype=np.float32)))
+            arrays[f"{kind}_adam"].append(found[kind]["adam_sketch"])
             arrays[f"{kind}_norm"].append(found[kind]["norm"])
             arrays[f"{kind}_n"].append(found[kind]["n"])
         log.info(

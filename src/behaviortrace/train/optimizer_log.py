@@ -29,20 +29,24 @@ def _state_of_first(optimizer) -> dict:
     return {}
 
 
-def step_facts(optimizer) -> dict:
-    """The optimizer's settings and the update count of the step about to be applied."""
+def settings(optimizer) -> dict:
+    """AdamW's betas, eps and weight decay (one parameter group)."""
     group = optimizer.param_groups[0]
     if "betas" not in group or "eps" not in group:
         raise TypeError(f"the training optimizer is {type(optimizer).__name__}, not AdamW: no betas or eps to log")
-    state = _state_of_first(optimizer)
-    done = int(state["step"]) if "step" in state else 0
     return {
-        "adam_step": done + 1,
         "beta1": float(group["betas"][0]),
         "beta2": float(group["betas"][1]),
         "eps": float(group["eps"]),
         "weight_decay": float(group.get("weight_decay", 0.0)),
     }
+
+
+def step_facts(optimizer) -> dict:
+    """The optimizer's settings and the update count of the step about to be applied."""
+    state = _state_of_first(optimizer)
+    done = int(state["step"]) if "step" in state else 0
+    return {"adam_step": done + 1, **settings(optimizer)}
 
 
 class SavePreconditioner(TrainerCallback):
@@ -60,7 +64,6 @@ class SavePreconditioner(TrainerCallback):
 
 def save_preconditioner(model, optimizer, step: int, path: Path) -> None:
     """exp_avg_sq of every trainable parameter and the settings to bias-correct it; written whole or not at all."""
-    group = optimizer.param_groups[0]
     moments, count = {}, None
     for name, p in model.named_parameters():
         if not p.requires_grad:
@@ -70,14 +73,7 @@ def save_preconditioner(model, optimizer, step: int, path: Path) -> None:
             raise RuntimeError(f"optimizer has no second moment for {name} after step {step}")
         moments[name] = state["exp_avg_sq"].detach().float().cpu().clone()
         count = int(state["step"])
-    payload = {
-        "step": step,
-        "adam_step": count,
-        "beta1": float(group["betas"][0]),
-        "beta2": float(group["betas"][1]),
-        "eps": float(group["eps"]),
-        "exp_avg_sq": moments,
-    }
+    payload = {"step": step, "adam_step": count, **settings(optimizer), "exp_avg_sq": moments}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     torch.save(payload, tmp)
