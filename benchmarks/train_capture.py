@@ -3,16 +3,19 @@ against the same training without it, measured in the same run.
 
 The default config's shapes (256 rollouts per step, k = 4096), shortened to a few steps; the base model is
 built once (the default config's pretraining) and every variant trains from it with the same seed, so the
-variants differ only in the capture. Each variant runs in-process, one after another, one thread.
+variants differ only in the capture. Each variant runs in-process, one after another, one thread. The
+variants take turns for `--repeats` rounds and each ratio is of medians, so that a stretch of a slower
+machine (a shared virtual machine drifts by 20% or more over minutes) does not land on one variant alone.
 
-    python benchmarks/train_capture.py                 # 20 steps per variant; about 4 minutes on 2 cores
-    python benchmarks/train_capture.py --steps 10
+    python benchmarks/train_capture.py                 # 20 steps, 3 rounds; about 3 minutes on 2 cores
+    python benchmarks/train_capture.py --steps 10 --repeats 1
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import statistics
 import sys
 import tempfile
 import time
@@ -51,24 +54,34 @@ def train_once(raw: dict, base: Path, prompts, out: Path, device: dict, capture:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
     device = resolve(Compute(device="cpu", dtype="float32"))
     raw = short_config(args.steps)
     cfg = Config.from_dict(raw)
+    variants = {"training without capture": (raw, False)}
+    for method in ("countsketch", "factored"):
+        variant = copy.deepcopy(raw)
+        variant["sketch"].update(mode="train", method=method)
+        variants[f"training with capture, {method}"] = (variant, True)
+    times: dict[str, list[float]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         model, tokenizer = models.build_base_model(cfg, device)
         models.save(model, tokenizer, tmp / "base")
         prompts = plant_prompts(cfg.task, cfg.planting, cfg.grpo, cfg.probes, cfg.probes.seed)["train"]
-        plain = train_once(raw, tmp / "base", prompts, tmp / "plain", device, capture=False)
-        print(f"{args.steps} steps of {cfg.grpo.batch_size} rollouts, k = {cfg.sketch.k}")
-        print(f"{'training without capture':<34} {plain:7.1f} s   (baseline)")
-        for method in ("countsketch", "factored"):
-            variant = copy.deepcopy(raw)
-            variant["sketch"].update(mode="train", method=method)
-            took = train_once(variant, tmp / "base", prompts, tmp / method, device, capture=True)
-            print(f"{'training with capture, ' + method:<34} {took:7.1f} s   with/without {took / plain:5.2f}x")
+        for round_ in range(args.repeats):
+            for i, (name, (variant, capture)) in enumerate(variants.items()):
+                out = tmp / f"round{round_}-{i}"
+                times[name].append(train_once(variant, tmp / "base", prompts, out, device, capture=capture))
+    print(f"{args.steps} steps of {cfg.grpo.batch_size} rollouts, k = {cfg.sketch.k}, {args.repeats} rounds")
+    baseline = statistics.median(times["training without capture"])
+    for name, took in times.items():
+        median = statistics.median(took)
+        runs = " ".join(f"{t:.1f}" for t in took)
+        ratio = "(baseline)" if name == "training without capture" else f"with/without {median / baseline:5.2f}x"
+        print(f"{name:<34} median {median:6.1f} s   {ratio}   runs: {runs}")
 
 
 if __name__ == "__main__":

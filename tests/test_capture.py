@@ -156,6 +156,10 @@ def test_sketching_from_checkpoints_agrees_where_it_uses_the_same_weights(
         same = np.allclose(a, b, rtol=1e-4, atol=1e-5 * np.abs(b).max())
         assert same == (step in saved), step
         assert np.allclose(ckpt["norm"][at], train["norm"][at], rtol=1e-4) == (step in saved), step
+        if step in saved:  # fluency read off TRL's loss pass against the sketcher's own forward pass
+            assert np.allclose(ckpt["fluency"][at], train["fluency"][at], rtol=1e-5, atol=1e-6), step
+            for name in ("behavior_sketch", "null_sketch", "has_marker"):
+                assert np.allclose(ckpt[name][at], train[name][at], rtol=1e-4, atol=1e-6), (step, name)
 
 
 def test_a_killed_captured_run_resumes_to_the_same_stores(captured_run, cfg, base_model_dir, prompts, cpu, tmp_path):
@@ -193,3 +197,33 @@ def test_publishing_links_the_store_and_copies_it_where_links_fail(captured_run,
     assert all(np.array_equal(a[name], b[name]) for name in b)
     with pytest.raises(FileNotFoundError):
         capture.publish(folder, 7, tmp_path / "missing.zarr")  # no such shard: an error naming it
+
+
+def test_a_row_stored_under_another_rollout_is_refused(cfg, base_model_dir, cpu):
+    """TRL shuffles a step's rows before its loss; the recorded order must map back onto the logged rollouts."""
+    from behaviortrace.gradients.loss_pass import RecordedStep
+    from behaviortrace.gradients.per_example import PerExampleGrads
+    from behaviortrace.sketch.capture import check_same_completions
+
+    logged = [[5, 6, 1], [7, 1], [8, 9, 10, 1]]
+    ids = torch.tensor([[7, 1, 0, 0], [8, 9, 10, 1], [5, 6, 1, 0]])
+    mask = (torch.arange(4) < torch.tensor([[2], [4], [3]])).long()
+
+    def recorded(rows):
+        return RecordedStep(PerExampleGrads(batch=3), torch.zeros(3), torch.tensor(rows), ids, mask)
+
+    check_same_completions(recorded([1, 2, 0]), logged, step=4)  # TRL's order, mapped back: accepted
+    with pytest.raises(RuntimeError, match="step 4: a completion TRL trained on differs from the logged rollout"):
+        check_same_completions(recorded([0, 1, 2]), logged, step=4)
+    with pytest.raises(RuntimeError, match="TRL trained on 3 rows, but 2 rollouts were logged"):
+        check_same_completions(recorded([1, 2, 0]), logged[:2], step=4)
+
+
+def test_a_model_whose_fused_head_capture_cannot_rebuild_is_refused_before_training(base_model_dir, cpu):
+    from behaviortrace.gradients.loss_pass import LossPassRecorder
+
+    model, _ = models.load(base_model_dir, cpu)
+    LossPassRecorder(model, temperature=1.0)  # the tiny model's head: a plain projection
+    model.config.final_logit_softcapping = 30.0
+    with pytest.raises(ValueError, match="final_logit_softcapping=30.0.*use sketch.mode: checkpoint"):
+        LossPassRecorder(model, temperature=1.0)

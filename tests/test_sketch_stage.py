@@ -19,7 +19,7 @@ from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.sketch.sketcher import StepSketcher
 from behaviortrace.sketch.stage import sketch_shard
-from behaviortrace.sketch.store import open_store, read_rows, read_steps
+from behaviortrace.sketch.store import ShardWriter, open_store, read_rows, read_steps
 from behaviortrace.targets.headroom import headroom_table
 from behaviortrace.targets.stage import build_targets
 from behaviortrace.train.trl_surface import rollout_losses
@@ -238,3 +238,40 @@ def test_targets_per_draw(small_run, cpu, tmp_path):
     table = headroom_table([tmp_path / "a.parquet", tmp_path / "c.parquet"], 0.9)
     assert table.height == 2 * len(saved)
     assert set(table.columns) >= {"seed", "draw", "step", "probe_rate", "control_rate", "headroom", "saturated"}
+
+
+def test_a_deferred_writer_puts_small_rows_and_step_facts_on_disk_at_flush(tmp_path):
+    """Train-time capture defers the small writes to the next checkpoint: before `flush` a reopened store does
+    not count the step as done (a resumed run recaptures it); after, every row and fact is there."""
+    rows = pl.DataFrame({"rollout_id": np.arange(8), "step": np.repeat([0, 1], 4), "checkpoint_step": np.zeros(8)})
+    steps = pl.DataFrame({"step": [0, 1]})
+
+    def writer():
+        return ShardWriter(tmp_path / "s.zarr", rows, steps, 3, {}, "fp", 4, deferred=True)
+
+    rng = np.random.default_rng(0)
+    arrays = {
+        step: {
+            "sketch": rng.standard_normal((4, 3)).astype(np.float32),
+            "behavior_sketch": np.zeros((4, 3), np.float32),
+            "null_sketch": np.zeros((4, 3), np.float32),
+            "norm": rng.random(4),
+            "behavior_norm": np.zeros(4),
+            "null_norm": np.zeros(4),
+            "fluency": rng.random(4).astype(np.float32),
+            "has_marker": np.array([True, False, False, True]),
+        }
+        for step in (0, 1)
+    }
+    first = writer()
+    first.write_step(0, arrays[0], {"lr": 0.5, "self_check_error": 1e-7})
+    assert first.done_steps() == {0}
+    assert writer().done_steps() == set()  # reopened from disk: nothing flushed yet
+    first.flush()
+    assert writer().done_steps() == {0}
+    first.write_step(1, arrays[1], {"lr": 0.25, "self_check_error": 2e-7})
+    assert first.finish() == pytest.approx(2e-7)
+    stored, _ = read_rows([tmp_path / "s.zarr"])
+    for name in arrays[0]:
+        assert np.array_equal(stored[name], np.concatenate([arrays[0][name], arrays[1][name]])), name
+    assert read_steps([tmp_path / "s.zarr"])["lr"].to_list() == [0.5, 0.25]

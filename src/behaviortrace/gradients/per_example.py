@@ -7,8 +7,9 @@ be materialized; a sketch map decides what to do with them. Embeddings are the s
 rows (the token ids). Every other trainable parameter (norm weights, biases) is small: its per-example
 gradient is computed exactly, with torch.func's vjp of the owning module vectorized over examples.
 
-During capture the parameters do not require grad, so the backward pass propagates only to
-activations and skips the batch weight gradients that nobody reads.
+A capture-only pass freezes the parameters, so its backward propagates only to activations and skips the
+batch weight gradients that nobody reads. Capture can also watch an ordinary training pass without freezing
+anything (`freeze=False`): the hooks only read, and the backward fills `.grad` as it would without them.
 """
 
 from __future__ import annotations
@@ -65,12 +66,20 @@ class PerExampleGrads:
     matrix: dict[str, list[tuple[Factor, torch.Tensor]]] = field(default_factory=lambda: defaultdict(list))
     dense: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    def select(self, rows: torch.Tensor) -> PerExampleGrads:
+        """The examples at `rows` only (a 1-d index), so that sketching skips examples known to be zero."""
+        picked = PerExampleGrads(batch=len(rows))
+        for name, contribs in self.matrix.items():
+            picked.matrix[name] = [(Factor(r.values[rows], r.is_index), c[rows]) for r, c in contribs]
+        picked.dense = {name: g[rows] for name, g in self.dense.items()}
+        return picked
+
 
 class Capture:
     """Context manager: hooks the model so that a backward of a summed loss yields PerExampleGrads."""
 
-    def __init__(self, model):
-        self.model = model
+    def __init__(self, model, freeze: bool = True):
+        self.model, self.freeze = model, freeze
         self.names = trainable_names(model)
         self._handles = []
         self._saved_flags: list[tuple[nn.Parameter, bool]] = []
@@ -91,9 +100,10 @@ class Capture:
             else:
                 hook = self._generic_hook(own)
             self._handles.append(module.register_forward_hook(hook))
-        for p in self.model.parameters():
-            self._saved_flags.append((p, p.requires_grad))
-            p.requires_grad_(False)
+        if self.freeze:
+            for p in self.model.parameters():
+                self._saved_flags.append((p, p.requires_grad))
+                p.requires_grad_(False)
         return self
 
     def __exit__(self, *exc):
@@ -103,12 +113,20 @@ class Capture:
         self._saved_flags = []
         return False
 
-    @staticmethod
-    def _grad_able(output: torch.Tensor) -> torch.Tensor:
+    def _grad_able(self, output: torch.Tensor) -> torch.Tensor:
         # With parameters frozen, the first layer's output is a fresh leaf; make the graph start there.
-        if not output.requires_grad:
+        if self.freeze and not output.requires_grad:
             output.requires_grad_(True)
         return output
+
+    def add_matrix(self, name: str, rows: Factor, cols: torch.Tensor) -> None:
+        """One more (row factor, column factor) contribution to a weight matrix, from a use of it that no
+        module hook sees (a fused kernel)."""
+        self.result.matrix[name].append((rows, cols))
+
+    def add_dense(self, name: str, grads: torch.Tensor) -> None:
+        """Per-example gradients [B, ...] of a parameter used outside any hooked module."""
+        self._add_dense(name, grads)
 
     def _linear_hook(self, own: dict[str, str]):
         def hook(module, args, output):

@@ -1,10 +1,13 @@
 """Train-time capture (`sketch.mode: train`): every step's rollouts sketched inside training, at the exact
 weights of the step that used them, before gradient clipping.
 
-The trainer calls `capture` once TRL has computed the step's gradient and before it clips it, and
-`commit` once it knows the step's learning rate and clip coefficient. Each rollout's share of the loss
-goes through the same StepSketcher as sketching from checkpoints; the summed sketches of a step are
-checked against the sketch of the gradient TRL itself computed (its `.grad`), on every step. Stores keep
+The trainer wraps TRL's loss forward in `recording`, calls `capture` once TRL's backward has computed the
+step's gradient and before it clips it, and `commit` once it knows the step's learning rate and clip
+coefficient. Each rollout's full gradient is read off TRL's own forward and backward pass
+(gradients/loss_pass.py), so capture adds no second pass over the step; its behavior-token and null
+shares take a pass of their own over the marked rollouts, in the same StepSketcher that sketches from
+checkpoints. The summed sketches of a step are checked against the sketch of the gradient TRL itself
+computed (its `.grad`), on every step. Stores keep
 the layout of the sketch stage (sketch/store.py), one per shard of steps, written under the training
 directory so that a killed training job resumes them; `publish` puts finished stores where the
 workflow expects them.
@@ -16,12 +19,14 @@ import logging
 import os
 import shutil
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from behaviortrace.config.sections import Config
+from behaviortrace.gradients.loss_pass import LossPassRecorder, RecordedStep
 from behaviortrace.gradients.per_example import accumulated_grads
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.sketch.maps import SketchMap
@@ -63,6 +68,8 @@ class TrainCapture:
             "model": cfg.model.name,
             "mode": "train",
         }
+        self.recorder = LossPassRecorder(model, grpo.temperature)
+        self.recorded_step: int | None = None
         self.writers: dict[int, ShardWriter] = {}
         self.finished: set[int] = set()
         self.pending: tuple[int, dict, float] | None = None
@@ -94,26 +101,45 @@ class TrainCapture:
             )
             attrs = {**self.attrs, "shard": shard, "first_step": steps[0], "last_step": steps[-1]}
             self.writers[shard] = ShardWriter(
-                self.final_path(shard), rows, pl.DataFrame({"step": steps}), self.smap.k, attrs, self.fingerprint, batch
+                self.final_path(shard),
+                rows,
+                pl.DataFrame({"step": steps}),
+                self.smap.k,
+                attrs,
+                self.fingerprint,
+                batch,
+                deferred=True,
             )
         return self.writers[shard]
 
+    def recording(self, step: int, inputs: dict):
+        """Context around TRL's loss forward of `step`: records the per-rollout factors its backward yields."""
+        self.recorded_step = None
+        if self._finished(self._shard_of(step)):
+            return nullcontext()  # a resumed run retrains steps of a shard that was already captured and finished
+        self.recorded_step = step
+        return self.recorder.recording(inputs)
+
     def capture(self, step: int, rows: pl.DataFrame, num_items: int, model) -> None:
-        """Sketch the step's rollouts at the current weights (TRL's `.grad` holds the step's gradient and is
-        left untouched: per-example capture does not accumulate into it)."""
+        """Sketch the step's rollouts from TRL's loss pass (TRL's `.grad` holds the step's gradient and is left
+        untouched: the behavior passes do not accumulate into it)."""
         self.pending = None
         if self._finished(self._shard_of(step)):
-            return  # a resumed run retrains steps of a shard that was already captured and finished
+            return
+        if self.recorded_step != step:
+            raise RuntimeError(f"step {step}: TRL's loss pass was not recorded")
+        recorded = self.recorder.finish()
+        rows = rows.sort("rollout_id")
+        check_same_completions(recorded, rows["completion_ids"].to_list(), step)
         was_training = model.training
         norms_before = [float(g.norm()) for g in accumulated_grads(model).values()]
-        arrays = self.sketcher.sketch_step(model, rows, num_items)
+        arrays = self.sketcher.sketch_step(model, rows, num_items, recorded)
         model.train(was_training)
         trl_grads = accumulated_grads(model)
         if [float(g.norm()) for g in trl_grads.values()] != norms_before:
             raise RuntimeError("sketching changed the gradient TRL is about to apply")
         trl_sketch, _ = self.smap.sketch_dense(trl_grads)
         rel = check_step_sum(arrays["sketch"], trl_sketch, f"TRL's gradient of step {step}")
-        rows = rows.sort("rollout_id")
         arrays.update(
             rollout_id=rows["rollout_id"].to_numpy(),
             step=np.full(rows.height, step),
@@ -145,6 +171,25 @@ class TrainCapture:
                 worst,
                 self.n_captured * len(arrays["norm"]) / (time.time() - self.started),
             )
+
+    def flush(self) -> None:
+        """Put every captured step on disk; the trainer calls this before each checkpoint it saves."""
+        for writer in self.writers.values():
+            writer.flush()
+
+
+def check_same_completions(recorded: RecordedStep, completions: list[list[int]], step: int) -> None:
+    """Each row TRL trained on is the logged rollout its place in generation order says; otherwise the
+    recorded gradients would be stored under the wrong rollouts."""
+    ids, mask = recorded.completion_ids.cpu(), recorded.completion_mask.cpu().bool()
+    places = recorded.rows.cpu().tolist()
+    if sorted(places) != list(range(len(completions))):
+        raise RuntimeError(
+            f"step {step}: TRL trained on {len(places)} rows, but {len(completions)} rollouts were logged"
+        )
+    for i, place in enumerate(places):
+        if ids[i][mask[i]].tolist() != completions[place]:
+            raise RuntimeError(f"step {step}: a completion TRL trained on differs from the logged rollout {place}")
 
 
 def publish(folder: Path, shard: int, out: Path) -> None:

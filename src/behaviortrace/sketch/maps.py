@@ -72,17 +72,18 @@ class _CountSketchBlocks:
             self._cached += stop - start
         return bucket, sign
 
-    def add(self, out: torch.Tensor, name: str, start: int, values: torch.Tensor) -> None:
-        """out [B, k] += sketch of values [B, n], coordinates start..start+n of block `name`."""
+    def add(self, out: torch.Tensor, name: str, start: int, values: torch.Tensor, scratch: bool = False) -> None:
+        """out [B, k] += sketch of values [B, n], coordinates start..start+n of block `name`. With `scratch`,
+        `values` is a temporary the caller no longer needs and takes the signs in place."""
         bucket, sign = self.hashes(name, start, start + values.shape[1])
-        out.index_add_(1, bucket, values * sign)
+        out.index_add_(1, bucket, values.mul_(sign) if scratch else values * sign)
 
 
 def _materialize_rows(contribs: list[tuple[Factor, torch.Tensor]], r0: int, r1: int, batch: int) -> torch.Tensor:
     """Per-example gradient rows r0..r1 of one weight matrix, [B, r1 - r0, C]."""
     if len(contribs) == 1 and not contribs[0][0].is_index:
         rows, cols = contribs[0]
-        return torch.einsum("btr,btc->brc", rows.values[:, :, r0:r1], cols)
+        return torch.bmm(rows.values[:, :, r0:r1].transpose(1, 2), cols)  # faster than the einsum on the CPU
     cols0 = contribs[0][1]
     out = torch.zeros(batch, r1 - r0, cols0.shape[-1], device=cols0.device)
     for rows, cols in contribs:
@@ -93,7 +94,7 @@ def _materialize_rows(contribs: list[tuple[Factor, torch.Tensor]], r0: int, r1: 
             flat = (example * (r1 - r0) + ids - r0)[hit]
             out.view(-1, out.shape[-1]).index_add_(0, flat, cols[hit])
         else:
-            out += torch.einsum("btr,btc->brc", rows.values[:, :, r0:r1], cols)
+            out.baddbmm_(rows.values[:, :, r0:r1].transpose(1, 2), cols)
     return out
 
 
@@ -226,7 +227,7 @@ class SketchMap:
         for r0, r1 in _row_blocks(rows, cols, batch):
             block = _materialize_rows(contribs, r0, r1, batch).reshape(batch, -1)
             sq += torch.linalg.vector_norm(block, dim=1).square()
-            self.rest.add(out, name, r0 * cols, block)
+            self.rest.add(out, name, r0 * cols, block, scratch=True)
         return sq
 
     def _factored_matrix(self, out, name, contribs) -> None:
@@ -237,7 +238,7 @@ class SketchMap:
                 left = p_rows.T[rows.values]  # [B, T, d]: the projected one-hot rows
             else:
                 left = rows.values @ p_rows.T
-            block = block + torch.einsum("btr,btc->brc", left, cols @ p_cols.T)
+            block = block + torch.bmm(left.transpose(1, 2), cols @ p_cols.T)
         off = self.offsets[name]
         out[:, off : off + self.dim**2] += block.reshape(block.shape[0], -1)
 

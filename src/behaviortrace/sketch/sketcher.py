@@ -101,16 +101,21 @@ class StepSketcher:
     ) -> torch.Tensor:
         """As many random non-marker completion positions as each row has marker positions."""
         null = torch.zeros_like(positions)
-        for i, rollout_id in enumerate(rows["rollout_id"].to_list()):
-            wanted = int(positions[i].sum())
+        ids = rows["rollout_id"].to_list()
+        for i, wanted in enumerate(positions.sum(1).long().tolist()):
+            if not wanted:
+                continue
             free = torch.nonzero((completion_mask[i] > 0) & (positions[i] == 0)).flatten().tolist()
-            if wanted and free:
-                rng = np.random.default_rng([self.smap.seed, rollout_id])
+            if free:
+                rng = np.random.default_rng([self.smap.seed, ids[i]])
                 null[i, rng.choice(free, size=min(wanted, len(free)), replace=False)] = 1.0
         return null
 
-    def sketch_step(self, model, rows: pl.DataFrame, num_items: int) -> dict[str, np.ndarray]:
-        """Arrays for one step's rollouts, in rollout-id order."""
+    def sketch_step(self, model, rows: pl.DataFrame, num_items: int, recorded=None) -> dict[str, np.ndarray]:
+        """Arrays for one step's rollouts, in rollout-id order.
+
+        `recorded` (gradients/loss_pass.RecordedStep): the full gradients and fluency were read off TRL's own
+        loss pass, so only the behavior and null shares need passes of their own."""
         rows = rows.sort("rollout_id")
         device = self.smap.device
         full = batch_to(step_batch(rows, self.tokenizer.pad_token_id), device)
@@ -124,36 +129,53 @@ class StepSketcher:
         out = {name: torch.zeros(n, self.smap.k) for name in ("sketch", "behavior_sketch", "null_sketch")}
         out.update({name: torch.zeros(n, dtype=torch.float64) for name in ("norm", "behavior_norm", "null_norm")})
         out["fluency"] = torch.zeros(n)
+        if recorded is not None:  # its rows are in TRL's order; recorded.rows puts them in rollout-id order
+            order = recorded.rows.cpu()
+            out["fluency"][order] = recorded.fluency.float().cpu()
+            active = torch.nonzero(moved.cpu()[order]).flatten()  # rows whose loss share is not exactly zero
+            sketch, sq = self.smap.sketch_examples(recorded.grads.select(active.to(device)))
+            out["sketch"][order[active]], out["norm"][order[active]] = sketch.cpu(), sq.double().sqrt().cpu()
         model.eval()
-        for start in range(0, n, self.chunk):
-            stop = min(n, start + self.chunk)
-            active = torch.nonzero(moved[start:stop]).flatten()
-            idle = torch.nonzero(~moved[start:stop]).flatten()
-            if len(idle):
-                batch = {key: value[start:stop][idle] for key, value in full.items()}
-                with torch.no_grad():
-                    out["fluency"][(idle + start).cpu()] = fluency(completion_logits(model, batch), batch).cpu()
-            if not len(active):
-                continue
-            rows = (active + start).cpu()
-            batch = {key: value[start:stop][active] for key, value in full.items()}
-            sketch, sq, logits = self.sketch_batch(model, batch, n, num_items)
-            out["sketch"][rows] = sketch.cpu()
-            out["norm"][rows] = sq.double().sqrt().cpu()
-            out["fluency"][rows] = fluency(logits, batch).cpu()
-            marked = torch.nonzero(has_marker[start:stop] & moved[start:stop]).flatten()
-            if len(marked):
-                # Marker positions and null positions of the marked rows, in one pass over both copies.
-                sub = {k: torch.cat([v[start:stop][marked], v[start:stop][marked]]) for k, v in full.items()}
-                sub_pos = torch.cat([positions[start:stop][marked], null[start:stop][marked]])
-                sketches, sq, _ = self.sketch_batch(model, sub, n, num_items, sub_pos)
-                idx, m = (marked + start).cpu(), len(marked)
-                out["behavior_sketch"][idx], out["null_sketch"][idx] = sketches[:m].cpu(), sketches[m:].cpu()
-                norms = sq.double().sqrt().cpu()
-                out["behavior_norm"][idx], out["null_norm"][idx] = norms[:m], norms[m:]
+        if recorded is None:
+            for start in range(0, n, self.chunk):
+                stop = min(n, start + self.chunk)
+                chunk = {key: value[start:stop] for key, value in full.items()}
+                self._full_shares(model, chunk, moved[start:stop], start, n, num_items, out)
+        # Each marked rollout enters its pass twice (marker positions, null positions): chunk // 2 per pass.
+        marked = torch.nonzero(has_marker & moved).flatten()
+        per_pass = max(1, self.chunk // 2)
+        for first in range(0, len(marked), per_pass):
+            self._behavior_shares(model, full, positions, null, marked[first : first + per_pass], n, num_items, out)
         arrays = {k: v.numpy() for k, v in out.items()}
         arrays["has_marker"] = has_marker.cpu().numpy()
         return arrays
+
+    def _full_shares(self, model, chunk: dict, moved, start: int, n: int, num_items: int, out: dict) -> None:
+        """Full-gradient sketches, norms and fluency of one chunk of a step's rollouts."""
+        active = torch.nonzero(moved).flatten()
+        idle = torch.nonzero(~moved).flatten()
+        if len(idle):
+            batch = {key: value[idle] for key, value in chunk.items()}
+            with torch.no_grad():
+                out["fluency"][(idle + start).cpu()] = fluency(completion_logits(model, batch), batch).cpu()
+        if not len(active):
+            return
+        rows = (active + start).cpu()
+        batch = {key: value[active] for key, value in chunk.items()}
+        sketch, sq, logits = self.sketch_batch(model, batch, n, num_items)
+        out["sketch"][rows] = sketch.cpu()
+        out["norm"][rows] = sq.double().sqrt().cpu()
+        out["fluency"][rows] = fluency(logits, batch).cpu()
+
+    def _behavior_shares(self, model, full: dict, positions, null, marked, n: int, num_items: int, out: dict) -> None:
+        """Marker-position and null-position shares of some marked rollouts, in one pass over both."""
+        sub = {k: torch.cat([v[marked], v[marked]]) for k, v in full.items()}
+        sub_pos = torch.cat([positions[marked], null[marked]])
+        sketches, sq, _ = self.sketch_batch(model, sub, n, num_items, sub_pos)
+        idx, m = marked.cpu(), len(marked)
+        out["behavior_sketch"][idx], out["null_sketch"][idx] = sketches[:m].cpu(), sketches[m:].cpu()
+        norms = sq.double().sqrt().cpu()
+        out["behavior_norm"][idx], out["null_norm"][idx] = norms[:m], norms[m:]
 
     def step_gradient_sketch(self, model, rows: pl.DataFrame, num_items: int) -> tuple[torch.Tensor, float]:
         """Sketch of the step's summed gradient by ordinary autograd: an independent check of the sum."""

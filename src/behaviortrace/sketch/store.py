@@ -31,6 +31,8 @@ ROW_ARRAYS = {  # name -> (dtype, per-row width: "k" or 1)
     "null_sketch": ("float32", "k"),
     "null_norm": ("float64", 1),
 }
+# Row arrays known when a store is made (which rollout each row is); steps fill in the others.
+FIXED_ROW_ARRAYS = ("rollout_id", "step", "checkpoint_step")
 STEP_ARRAYS = {
     "step": "int64",
     "lr": "float64",
@@ -55,19 +57,28 @@ class ShardWriter:
         attrs: dict,
         fingerprint: str,
         rows_per_chunk: int,
+        deferred: bool = False,
     ):
         """`rows`: rollout_id, step, checkpoint_step of every rollout of the shard; `steps`: the step of
         every step of the shard, with whichever of lr, clip_coef, grad_norm are known in advance (the
-        others come with `write_step`)."""
+        others come with `write_step`).
+
+        `deferred`: a step's sketches go to disk at once, but its small per-row arrays, its step facts and
+        its done flag wait for `flush` (one write per array for many steps). Train-time capture flushes at
+        every checkpoint, the point a killed run resumes from and retrains (and recaptures) the steps after."""
         self.final = Path(final)
         self.partial = self.final.with_name(self.final.name + ".partial")
         self.steps = steps["step"].to_list()
+        self.deferred = deferred
         starts = rows.with_row_index().group_by("step").agg(pl.col("index").min())
         self.row_start = dict(zip(starts["step"].to_list(), starts["index"].to_list(), strict=False))
+        self.ids = {name: rows[name].to_numpy() for name in FIXED_ROW_ARRAYS}
+        self._pending: list[tuple[int, dict[str, np.ndarray]]] = []
+        self._dirty: set[str] = set()
         if self.partial.exists():
             group = zarr.open_group(self.partial, mode="r+")
             if group.attrs.get("fingerprint") == fingerprint:
-                self.group = group
+                self._open(group, fresh=False)
                 return
             shutil.rmtree(self.partial)
         self.group = zarr.open_group(self.partial, mode="w")
@@ -76,7 +87,7 @@ class ShardWriter:
             shape = (n, k) if width == "k" else (n,)
             chunks = (rows_per_chunk, k) if width == "k" else (rows_per_chunk,)
             self.group.create_array(name, shape=shape, chunks=chunks, dtype=dtype, fill_value=0)
-        for name in ("rollout_id", "step", "checkpoint_step"):
+        for name in FIXED_ROW_ARRAYS:
             self.group[name][:] = rows[name].to_numpy()
         info = self.group.create_group("steps")
         for name, dtype in STEP_ARRAYS.items():
@@ -87,24 +98,65 @@ class ShardWriter:
             if name in steps.columns:
                 info[name][:] = steps[name].to_numpy()
         self.group.attrs.update({**attrs, "fingerprint": fingerprint, "complete": False})
+        self._open(self.group, fresh=True)
+
+    def _open(self, group: zarr.Group, fresh: bool) -> None:
+        # Array handles are kept: looking an array up by name reads its metadata from disk on every step.
+        self.group = group
+        self.arrays = {name: group[name] for name in ROW_ARRAYS}
+        # The step arrays are one chunk each: kept in memory, written whole.
+        self.facts = {name: group[f"steps/{name}"][:] for name in STEP_ARRAYS}
+        # Sketch rows that are all zero need no write on a fresh store (it reads as zeros); a reopened store
+        # may hold older values there.
+        self.fresh = fresh
 
     def done_steps(self) -> set[int]:
-        done = self.group["steps/done"][:]
-        return {s for s, d in zip(self.steps, done, strict=False) if d}
+        """Steps whose rows are all written (flushed or waiting for `flush`)."""
+        return {s for s, d in zip(self.steps, self.facts["done"], strict=False) if d}
 
     def write_step(self, step: int, arrays: dict[str, np.ndarray], info: dict[str, float] | None = None) -> None:
         """One step's rows, and optionally its step facts (STEP_FACTS)."""
         start = self.row_start[step]
         stop = start + len(arrays["norm"])
+        small = {}
         for name, values in arrays.items():
-            self.group[name][start:stop] = values
+            if name in FIXED_ROW_ARRAYS:  # written when the store was made; only checked here
+                if not np.array_equal(values, self.ids[name][start:stop]):
+                    raise ValueError(f"step {step}: {name} of the rows differs from the store's {self.final}")
+            elif ROW_ARRAYS[name][1] == "k":
+                if not (self.fresh and not values.any()):
+                    self.arrays[name][start:stop] = values
+            else:
+                small[name] = values
         index = self.steps.index(step)
         for name, value in (info or {}).items():
             if name not in STEP_FACTS:
                 raise KeyError(f"{name!r} is not a step fact of a sketch store ({', '.join(STEP_FACTS)})")
-            self.group[f"steps/{name}"][index] = value
-        # The step counts as done only after all its rows are on disk.
-        self.group["steps/done"][index] = True
+            self.facts[name][index] = value
+        self.facts["done"][index] = True
+        self._dirty |= {"done", *(info or {})}
+        self._pending.append((start, small))
+        if not self.deferred:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the waiting small rows, then the step facts and done flags (a step counts as done on disk
+        only after all its rows are there)."""
+        pending = sorted(self._pending, key=lambda item: item[0])
+        self._pending = []
+        sizes = [len(small["norm"]) for _, small in pending]
+        contiguous = all(pending[i + 1][0] == pending[i][0] + sizes[i] for i in range(len(pending) - 1))
+        for name in pending[0][1] if pending else ():
+            if contiguous:  # steps in order: one write per array
+                self.arrays[name][pending[0][0] : pending[0][0] + sum(sizes)] = np.concatenate(
+                    [small[name] for _, small in pending]
+                )
+            else:
+                for (start, small), size in zip(pending, sizes, strict=True):
+                    self.arrays[name][start : start + size] = small[name]
+        for name in sorted(self._dirty):
+            self.group[f"steps/{name}"][:] = self.facts[name]
+        self._dirty = set()
 
     def finish(self) -> float | None:
         """Mark the store complete and move it into place; returns its largest self-check error (None if
@@ -112,8 +164,9 @@ class ShardWriter:
         missing = sorted(set(self.steps) - self.done_steps())
         if missing:
             raise RuntimeError(f"cannot finish {self.final}: steps {missing[:5]} not sketched")
+        self.flush()
         # The largest self-check error of the steps that were checked (a resumed job keeps the killed one's).
-        errors = self.group["steps/self_check_error"][:]
+        errors = self.facts["self_check_error"]
         worst = float(np.nanmax(errors)) if np.isfinite(errors).any() else None
         if worst is not None:
             self.group.attrs["self_check_error"] = worst

@@ -2,7 +2,8 @@
 
 The trainer fills the hooks of `trl_surface.hooked_trainer_base()` (TRL's private methods stay in
 that module): `on_rewards` keeps the per-function rewards and the raw completions,
-`on_generation_batch` reads the advantages and token ids that go into the loss, `before_clip` measures
+`on_generation_batch` reads the advantages and token ids that go into the loss, `loss_pass` lets train-time
+capture record per-rollout gradient factors from TRL's own loss pass, `before_clip` measures
 the forced target at the step's weights (train/effect.py) and hands the step to train-time capture
 (sketch/capture.py) while TRL's gradient is in place, `on_clip` records the pre-clip norm, the clip
 coefficient and AdamW's settings of each step (train/optimizer_log.py), and `before_checkpoint` flushes the
@@ -15,6 +16,7 @@ import hashlib
 import json
 import logging
 import shutil
+from contextlib import nullcontext
 from pathlib import Path
 
 import polars as pl
@@ -148,6 +150,11 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
             "n_rollouts": batch,
         }
 
+    def loss_pass(self, inputs: dict):
+        if self.capture is None or not self.model.training:
+            return nullcontext()
+        return self.capture.recording(self.state.global_step, inputs)
+
     def before_clip(self) -> None:
         # The weights the step's gradient was taken at, before its update: f(w_t).
         self._step_row["target_logprob"] = self.probe(self.model) if self.probe is not None else float("nan")
@@ -171,8 +178,10 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
             self.capture.commit(self.state.global_step, self._step_row["lr"], clip_coef, grad_norm)
 
     def before_checkpoint(self) -> None:
-        # Rows first: a checkpoint that exists always has its rows on disk.
+        # Rows and captured steps first: a checkpoint that exists always has them on disk.
         self.rollout_log.flush(self.state.global_step)
+        if self.capture is not None:
+            self.capture.flush()
 
     def after_checkpoint(self, path: Path) -> None:
         mark_complete(path)

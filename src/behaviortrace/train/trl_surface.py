@@ -3,8 +3,11 @@
 - `HOOKED_METHODS`: the private GRPOTrainer methods the rollout logger overrides, with their
   signatures; `tests/test_trl_surface.py` fails when an upgrade changes them.
 - `hooked_trainer_base()`: a GRPOTrainer whose private steps call named hooks (`on_rewards`,
-  `on_generation_batch`, `before_clip`, `on_clip`, `before_checkpoint`, `after_checkpoint`), so the rest of the
-  code never overrides a private method itself.
+  `on_generation_batch`, `loss_pass`, `before_clip`, `on_clip`, `before_checkpoint`, `after_checkpoint`), so
+  the rest of the code never overrides a private method itself.
+- The fused LM head TRL computes its loss's log-probs with (`FUSED_HEAD_FLAG`, `fused_head_backbone`,
+  `fused_head_unsupported`), and `ROW_KEY`, which follows each row through TRL's shuffle of a generation
+  batch: what gradients/loss_pass.py needs to read per-rollout gradients off TRL's own loss pass.
 - `grpo_args`, `optimizer_and_schedule`: the GRPOConfig of a run and the optimizer and schedule
   transformers' Trainer builds from it.
 - `rollout_losses`, `token_weights`: TRL's per-token loss and its normalization per loss type, split
@@ -18,6 +21,7 @@ torch, transformers and trl are imported inside the functions: config validation
 from __future__ import annotations
 
 import tempfile
+from contextlib import nullcontext
 from functools import cache
 from pathlib import Path
 
@@ -36,6 +40,21 @@ HOOKED_METHODS = {
     "_clip_grad_norm": ["self", "model"],
     "_compute_loss": ["self", "model", "inputs"],
 }
+# TRL calls the model with this keyword set to True to get per-token log-probs (and entropy) from a fused
+# LM head that reads `lm_head.weight` directly; the head scores `last_hidden_state[:, :-1]` of the backbone
+# against `labels[:, 1:]`, at the sampling temperature.
+FUSED_HEAD_FLAG = "fused_lm_head"
+# Model config attributes that make the fused head more than log_softmax((h W^T + b) / temperature).
+FUSED_HEAD_EXTRAS = (
+    "final_logit_softcapping",
+    "logit_scale",
+    "output_multiplier",
+    "lm_head_multiplier",
+    "logits_scaling",
+)
+# TRL shuffles a generation batch's rows before its loss sees them; this key, added to every training
+# generation batch, travels with the rows and tells the loss pass each row's place in generation order.
+ROW_KEY = "behaviortrace_row"
 # Keys of `_generate_and_score_completions`' output that the logger reads.
 GENERATION_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch")
 
@@ -43,6 +62,7 @@ GENERATION_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_ma
 @cache
 def hooked_trainer_base() -> type:
     """GRPOTrainer with its private steps routed to overridable hooks (no-ops here)."""
+    import torch
     from trl import GRPOTrainer
 
     class HookedGRPOTrainer(GRPOTrainer):
@@ -51,6 +71,10 @@ def hooked_trainer_base() -> type:
 
         def on_generation_batch(self, inputs: list[dict], out: dict) -> None:
             """A training generation batch: TRL's token ids, masks and advantages (GENERATION_KEYS)."""
+
+        def loss_pass(self, inputs: dict):
+            """A context around TRL's loss forward of a step (its backward runs right after the context)."""
+            return nullcontext()
 
         def before_clip(self) -> None:
             """The step's gradient is in the parameters' `.grad`, not yet clipped or applied."""
@@ -73,7 +97,12 @@ def hooked_trainer_base() -> type:
             out = super()._generate_and_score_completions(inputs)
             if self.model.training:
                 self.on_generation_batch(inputs, out)
+                out[ROW_KEY] = torch.arange(len(out["advantages"]), device=out["advantages"].device)
             return out
+
+        def _compute_loss(self, model, inputs):
+            with self.loss_pass(inputs):
+                return super()._compute_loss(model, inputs)
 
         def _clip_grad_norm(self, model):
             self.before_clip()
@@ -87,6 +116,20 @@ def hooked_trainer_base() -> type:
             self.after_checkpoint(Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}")
 
     return HookedGRPOTrainer
+
+
+def fused_head_backbone(model):
+    """The module whose output's `last_hidden_state` the fused head projects (transformers 5: `base_model`)."""
+    return model.base_model
+
+
+def fused_head_unsupported(model) -> str | None:
+    """Why the fused head of `model` is more than a plain projection and softmax, or None."""
+    text = model.config.get_text_config()
+    extras = [
+        f"{name}={getattr(text, name)}" for name in FUSED_HEAD_EXTRAS if getattr(text, name, None) not in (None, 1, 1.0)
+    ]
+    return ", ".join(extras) or None
 
 
 def grpo_args(grpo: Grpo, out_dir: Path, seed: int, device: dict):

@@ -1,0 +1,148 @@
+"""Per-rollout gradient factors read off the forward and backward pass TRL runs for its own update.
+
+Train-time capture needs no second pass over the step: `LossPassRecorder` hooks the model while TRL computes
+its loss (Capture with nothing frozen), and TRL's backward fills the factors as it fills `.grad`. So the
+per-rollout gradients are those of exactly the loss TRL differentiated, at exactly the weights it used.
+
+One use of a weight escapes module hooks. TRL computes the completion log-probs with a fused LM head: the
+model is called with `fused_lm_head=True`, runs its backbone, and projects the last hidden states through
+`lm_head.weight` in tiles inside one autograd function (trl.trainer.utils.add_fused_lm_head; the call
+convention is in train/trl_surface.py). No Linear module runs for the head, and the gradient at its output
+never exists as a tensor. The head's factors are rebuilt here: the hidden states come from the backbone's
+output, and the gradient at the head's output from differentiating a plain re-evaluation of the same head
+against the gradient that reached the kernel's log-probs. The re-evaluation also gives each rollout's
+fluency (mean token log-prob at temperature 1) at no extra cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from behaviortrace.gradients.per_example import Capture, Factor, PerExampleGrads
+from behaviortrace.train.trl_surface import FUSED_HEAD_FLAG, ROW_KEY, fused_head_backbone, fused_head_unsupported
+
+
+@dataclass
+class RecordedStep:
+    """What one recorded loss pass yields, in the order TRL trained the rows in: per-rollout gradient factors,
+    fluency [B], each row's place in generation order [B] (TRL shuffles the rows), and the completion ids and
+    mask TRL trained on (to check them against the rollout log)."""
+
+    grads: PerExampleGrads
+    fluency: torch.Tensor
+    rows: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+
+
+class LossPassRecorder:
+    """Records per-rollout gradient factors from TRL's loss pass: `with recorder.recording(inputs):` around
+    the loss forward, then `finish()` once the backward has run."""
+
+    def __init__(self, model, temperature: float):
+        unsupported = fused_head_unsupported(model)
+        if unsupported:
+            raise ValueError(
+                f"sketch.mode: train cannot rebuild this model's fused LM head ({unsupported}); "
+                "use sketch.mode: checkpoint"
+            )
+        self.model, self.temperature = model, temperature
+        self.head = model.get_output_embeddings()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.capture: Capture | None = None
+        self._hidden: list[torch.Tensor] = []
+        self._heads: list[dict] = []
+        self._inputs: dict | None = None
+
+    def recording(self, inputs: dict):
+        """Context for TRL's loss forward; `inputs` is the batch TRL's `_compute_loss` received."""
+        self._reset()
+        self._inputs = {k: inputs[k].detach().clone() for k in ("completion_ids", "completion_mask", ROW_KEY)}
+        self.capture = Capture(self.model, freeze=False)
+        return _Recording(self)
+
+    def _install(self) -> list:
+        backbone = fused_head_backbone(self.model)
+        return [
+            backbone.register_forward_hook(
+                lambda module, args, out: self._hidden.append(out.last_hidden_state.detach())
+            ),
+            self.model.register_forward_hook(self._on_model_output, with_kwargs=True),
+        ]
+
+    def _on_model_output(self, module, args, kwargs, output) -> None:
+        if not kwargs.get(FUSED_HEAD_FLAG):
+            return
+        if kwargs.get("shift_labels") is not None:
+            raise ValueError("sketch.mode: train does not support pre-shifted labels (context parallelism)")
+        head = {"hidden": self._hidden[-1][:, :-1], "labels": kwargs["labels"][:, 1:].detach(), "grads": {}}
+        for name in ("log_probs", "entropy"):
+            value = getattr(output, name, None)
+            if isinstance(value, torch.Tensor) and value.requires_grad:
+                value.register_hook(lambda g, name=name: head["grads"].__setitem__(name, g.detach()))
+        self._heads.append(head)
+
+    def finish(self) -> RecordedStep:
+        """The step's factors (call after TRL's backward); the head's share is added here."""
+        if self.capture is None or len(self._heads) != 1:
+            raise RuntimeError(
+                f"expected one fused-head forward in TRL's loss pass, saw {len(self._heads)}; "
+                "TRL's loss computation changed (see train/trl_surface.py)"
+            )
+        head = self._heads[0]
+        if "entropy" in head["grads"]:
+            raise RuntimeError("TRL's loss uses the head's entropy output; train-time capture covers log-probs only")
+        grads = self.capture.finish()
+        fluency = self._add_head(head, grads.batch)
+        inputs = self._inputs
+        recorded = RecordedStep(grads, fluency, inputs[ROW_KEY], inputs["completion_ids"], inputs["completion_mask"])
+        self._reset()
+        return recorded
+
+    def _add_head(self, head: dict, batch: int) -> torch.Tensor:
+        labels = head["labels"]
+        valid = labels != -100
+        first = int(valid.any(0).float().argmax())  # positions before this score no token in any row
+        hidden = head["hidden"][:, first:].float()
+        targets = labels[:, first:].clamp(min=0).unsqueeze(-1)
+        valid = valid[:, first:].float()
+        weight = self.head.weight.detach().float()
+        bias = self.head.bias.detach().float() if self.head.bias is not None else None
+        logits = F.linear(hidden, weight, bias).requires_grad_(True)
+        with torch.enable_grad():
+            scored = torch.gather(F.log_softmax(logits / self.temperature, dim=-1), 2, targets).squeeze(-1)
+            upstream = head["grads"].get("log_probs")
+            if upstream is not None:
+                (at_logits,) = torch.autograd.grad(scored, logits, grad_outputs=upstream[:, first:].float())
+                names = self.capture.names
+                if self.head.weight.requires_grad:
+                    self.capture.add_matrix(names[id(self.head.weight)], Factor(at_logits), hidden)
+                if bias is not None and self.head.bias.requires_grad:
+                    self.capture.add_dense(names[id(self.head.bias)], at_logits.sum(1))
+        with torch.no_grad():
+            token_logps = torch.gather(F.log_softmax(logits, dim=-1), 2, targets).squeeze(-1)
+            return (token_logps * valid).sum(-1) / valid.sum(-1).clamp(min=1.0)
+
+
+class _Recording:
+    """Installs the head hooks and Capture's module hooks for the forward; the tensor hooks they leave on
+    activations stay for the backward that follows."""
+
+    def __init__(self, recorder: LossPassRecorder):
+        self.recorder = recorder
+
+    def __enter__(self):
+        self.handles = self.recorder._install()
+        self.recorder.capture.__enter__()
+        return self.recorder
+
+    def __exit__(self, *exc):
+        self.recorder.capture.__exit__(*exc)
+        for handle in self.handles:
+            handle.remove()
+        return False
