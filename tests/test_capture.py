@@ -210,7 +210,7 @@ def test_a_row_stored_under_another_rollout_is_refused(cfg, base_model_dir, cpu)
     mask = (torch.arange(4) < torch.tensor([[2], [4], [3]])).long()
 
     def recorded(rows):
-        return RecordedStep(PerExampleGrads(batch=3), torch.zeros(3), torch.tensor(rows), ids, mask)
+        return RecordedStep(PerExampleGrads(batch=3), None, torch.zeros(3), torch.tensor(rows), ids, mask)
 
     check_same_completions(recorded([1, 2, 0]), logged, step=4)  # TRL's order, mapped back: accepted
     with pytest.raises(RuntimeError, match="step 4: a completion TRL trained on differs from the logged rollout"):

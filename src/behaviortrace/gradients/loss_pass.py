@@ -27,15 +27,64 @@ from behaviortrace.train.trl_surface import FUSED_HEAD_FLAG, ROW_KEY, fused_head
 
 @dataclass
 class RecordedStep:
-    """What one recorded loss pass yields, in the order TRL trained the rows in: per-rollout gradient factors,
-    fluency [B], each row's place in generation order [B] (TRL shuffles the rows), and the completion ids and
-    mask TRL trained on (to check them against the rollout log)."""
+    """What one recorded loss pass yields, in the order TRL trained the rows in: per-rollout gradient factors
+    of every hooked module, the fused head's inputs (its factors are built per group of rows, in `select`:
+    for a real vocabulary the gradient at the head's output of a whole step is too large to hold), fluency
+    [B], each row's place in generation order [B] (TRL shuffles the rows), and the completion ids and mask
+    TRL trained on (to check them against the rollout log)."""
 
     grads: PerExampleGrads
+    head: HeadInputs
     fluency: torch.Tensor
     rows: torch.Tensor
     completion_ids: torch.Tensor
     completion_mask: torch.Tensor
+
+    def select(self, rows: torch.Tensor) -> PerExampleGrads:
+        """Per-example gradients of the rows at `rows` (positions in TRL's order), the head's share included."""
+        picked = self.grads.select(rows)
+        self.head.add_to(picked, rows)
+        return picked
+
+
+@dataclass
+class HeadInputs:
+    """The fused head's use in TRL's loss pass: hidden states [B, T, H] it projected, target ids [B, T], the
+    gradient that reached its log-probs [B, T] (None where the loss did not use them), and where its weight
+    and bias go among the per-example gradients."""
+
+    hidden: torch.Tensor
+    targets: torch.Tensor
+    upstream: torch.Tensor | None
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    weight_name: str | None
+    bias_name: str | None
+    temperature: float
+
+    def logits(self, rows: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.hidden[rows], self.weight, self.bias)
+
+    def add_to(self, grads: PerExampleGrads, rows: torch.Tensor) -> None:
+        """Add the head's factors for `rows`: the gradient at its output, rebuilt by differentiating a plain
+        re-evaluation of log_softmax(logits / temperature) against the gradient at its log-probs."""
+        if self.upstream is None or (self.weight_name is None and self.bias_name is None):
+            return
+        with torch.enable_grad():
+            logits = self.logits(rows).requires_grad_(True)
+            logps = torch.gather(F.log_softmax(logits / self.temperature, dim=-1), 2, self.targets[rows].unsqueeze(-1))
+            (at_logits,) = torch.autograd.grad(logps.squeeze(-1), logits, grad_outputs=self.upstream[rows])
+        if self.weight_name is not None:
+            grads.matrix[self.weight_name].append((Factor(at_logits), self.hidden[rows]))
+        if self.bias_name is not None:
+            bias = at_logits.sum(1)
+            grads.dense[self.bias_name] = grads.dense[self.bias_name] + bias if self.bias_name in grads.dense else bias
+
+    def fluency(self, rows: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Mean log-prob of the scored tokens at temperature 1."""
+        with torch.no_grad():
+            logps = torch.gather(F.log_softmax(self.logits(rows), dim=-1), 2, self.targets[rows].unsqueeze(-1))
+            return (logps.squeeze(-1) * valid).sum(-1) / valid.sum(-1).clamp(min=1.0)
 
 
 class LossPassRecorder:
@@ -87,46 +136,42 @@ class LossPassRecorder:
                 value.register_hook(lambda g, name=name: head["grads"].__setitem__(name, g.detach()))
         self._heads.append(head)
 
-    def finish(self) -> RecordedStep:
-        """The step's factors (call after TRL's backward); the head's share is added here."""
+    def finish(self, chunk: int) -> RecordedStep:
+        """The step's factors (call after TRL's backward); `chunk` rows at a time where the head's logits are
+        needed (fluency here, the head's factors when sketching)."""
         if self.capture is None or len(self._heads) != 1:
             raise RuntimeError(
                 f"expected one fused-head forward in TRL's loss pass, saw {len(self._heads)}; "
                 "TRL's loss computation changed (see train/trl_surface.py)"
             )
-        head = self._heads[0]
-        if "entropy" in head["grads"]:
+        seen = self._heads[0]
+        if "entropy" in seen["grads"]:
             raise RuntimeError("TRL's loss uses the head's entropy output; train-time capture covers log-probs only")
         grads = self.capture.finish()
-        fluency = self._add_head(head, grads.batch)
-        inputs = self._inputs
-        recorded = RecordedStep(grads, fluency, inputs[ROW_KEY], inputs["completion_ids"], inputs["completion_mask"])
-        self._reset()
-        return recorded
-
-    def _add_head(self, head: dict, batch: int) -> torch.Tensor:
-        labels = head["labels"]
+        labels = seen["labels"]
         valid = labels != -100
         first = int(valid.any(0).float().argmax())  # positions before this score no token in any row
-        hidden = head["hidden"][:, first:].float()
-        targets = labels[:, first:].clamp(min=0).unsqueeze(-1)
+        upstream = seen["grads"].get("log_probs")
+        names, weight, bias = self.capture.names, self.head.weight, self.head.bias
+        head = HeadInputs(
+            hidden=seen["hidden"][:, first:].float(),
+            targets=labels[:, first:].clamp(min=0),
+            upstream=upstream[:, first:].float() if upstream is not None else None,
+            weight=weight.detach().float(),
+            bias=bias.detach().float() if bias is not None else None,
+            weight_name=names.get(id(weight)),
+            bias_name=names.get(id(bias)) if bias is not None else None,
+            temperature=self.temperature,
+        )
         valid = valid[:, first:].float()
-        weight = self.head.weight.detach().float()
-        bias = self.head.bias.detach().float() if self.head.bias is not None else None
-        logits = F.linear(hidden, weight, bias).requires_grad_(True)
-        with torch.enable_grad():
-            scored = torch.gather(F.log_softmax(logits / self.temperature, dim=-1), 2, targets).squeeze(-1)
-            upstream = head["grads"].get("log_probs")
-            if upstream is not None:
-                (at_logits,) = torch.autograd.grad(scored, logits, grad_outputs=upstream[:, first:].float())
-                names = self.capture.names
-                if self.head.weight.requires_grad:
-                    self.capture.add_matrix(names[id(self.head.weight)], Factor(at_logits), hidden)
-                if bias is not None and self.head.bias.requires_grad:
-                    self.capture.add_dense(names[id(self.head.bias)], at_logits.sum(1))
-        with torch.no_grad():
-            token_logps = torch.gather(F.log_softmax(logits, dim=-1), 2, targets).squeeze(-1)
-            return (token_logps * valid).sum(-1) / valid.sum(-1).clamp(min=1.0)
+        everyone = torch.arange(grads.batch, device=valid.device)
+        fluency = torch.cat([head.fluency(rows, valid[rows]) for rows in everyone.split(max(1, chunk))])
+        inputs = self._inputs
+        recorded = RecordedStep(
+            grads, head, fluency, inputs[ROW_KEY], inputs["completion_ids"], inputs["completion_mask"]
+        )
+        self._reset()
+        return recorded
 
 
 class _Recording:

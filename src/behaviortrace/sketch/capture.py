@@ -128,7 +128,7 @@ class TrainCapture:
             return
         if self.recorded_step != step:
             raise RuntimeError(f"step {step}: TRL's loss pass was not recorded")
-        recorded = self.recorder.finish()
+        recorded = self.recorder.finish(self.cfg.sketch.chunk_rollouts)
         rows = rows.sort("rollout_id")
         check_same_completions(recorded, rows["completion_ids"].to_list(), step)
         was_training = model.training

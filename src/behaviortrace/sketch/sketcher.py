@@ -133,8 +133,9 @@ class StepSketcher:
             order = recorded.rows.cpu()
             out["fluency"][order] = recorded.fluency.float().cpu()
             active = torch.nonzero(moved.cpu()[order]).flatten()  # rows whose loss share is not exactly zero
-            sketch, sq = self.smap.sketch_examples(recorded.grads.select(active.to(device)))
-            out["sketch"][order[active]], out["norm"][order[active]] = sketch.cpu(), sq.double().sqrt().cpu()
+            for rows in active.split(self.chunk):
+                sketch, sq = self.smap.sketch_examples(recorded.select(rows.to(device)))
+                out["sketch"][order[rows]], out["norm"][order[rows]] = sketch.cpu(), sq.double().sqrt().cpu()
         model.eval()
         if recorded is None:
             for start in range(0, n, self.chunk):
