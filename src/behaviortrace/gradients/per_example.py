@@ -69,8 +69,17 @@ class PerExampleGrads:
     def select(self, rows: torch.Tensor) -> PerExampleGrads:
         """The examples at `rows` only (a 1-d index), so that sketching skips examples known to be zero."""
         picked = PerExampleGrads(batch=len(rows))
+        copies: dict[tuple, torch.Tensor] = {}
+
+        def pick(t: torch.Tensor) -> torch.Tensor:
+            # Layers that read the same input (q, k, v; gate, up) share one factor: copy it once.
+            key = (t.data_ptr(), t.shape, t.stride(), t.dtype)
+            if key not in copies:
+                copies[key] = t[rows]
+            return copies[key]
+
         for name, contribs in self.matrix.items():
-            picked.matrix[name] = [(Factor(r.values[rows], r.is_index), c[rows]) for r, c in contribs]
+            picked.matrix[name] = [(Factor(pick(r.values), r.is_index), pick(c)) for r, c in contribs]
         picked.dense = {name: g[rows] for name, g in self.dense.items()}
         return picked
 

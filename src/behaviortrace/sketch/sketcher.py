@@ -27,7 +27,7 @@ def check_step_sum(sketches: np.ndarray, reference: torch.Tensor, against: str) 
     """Relative error of a step's summed rollout sketches against the sketch of the step's gradient
     (`against` names that gradient). Above SELF_CHECK_TOLERANCE some use of a parameter escaped the
     per-example capture, and sketching stops."""
-    total = np.asarray(sketches, dtype=np.float64).sum(0)
+    total = np.asarray(sketches).sum(0, dtype=np.float64)
     ref = reference.detach().double().cpu().numpy().ravel()
     rel = float(np.linalg.norm(total - ref) / max(np.linalg.norm(ref), 1e-30))
     if rel > SELF_CHECK_TOLERANCE:
