@@ -16,6 +16,7 @@ fluency (mean token log-prob at temperature 1) at no extra cost.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -77,8 +78,7 @@ class HeadInputs:
         if self.weight_name is not None:
             grads.matrix[self.weight_name].append((Factor(at_logits), self.hidden[rows]))
         if self.bias_name is not None:
-            bias = at_logits.sum(1)
-            grads.dense[self.bias_name] = grads.dense[self.bias_name] + bias if self.bias_name in grads.dense else bias
+            grads.add_dense(self.bias_name, at_logits.sum(1))
 
     def fluency(self, rows: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """Mean log-prob of the scored tokens at temperature 1."""
@@ -104,32 +104,37 @@ class LossPassRecorder:
 
     def _reset(self) -> None:
         self.capture: Capture | None = None
-        self._hidden: list[torch.Tensor] = []
+        self._hidden: torch.Tensor | None = None
         self._heads: list[dict] = []
         self._inputs: dict | None = None
 
+    @contextmanager
     def recording(self, inputs: dict):
-        """Context for TRL's loss forward; `inputs` is the batch TRL's `_compute_loss` received."""
+        """Context for TRL's loss forward; `inputs` is the batch TRL's `_compute_loss` received. Module hooks
+        are removed when it ends; the tensor hooks they left on activations stay for the backward after it."""
         self._reset()
         self._inputs = {k: inputs[k].detach().clone() for k in ("completion_ids", "completion_mask", ROW_KEY)}
         self.capture = Capture(self.model, freeze=False)
-        return _Recording(self)
-
-    def _install(self) -> list:
-        backbone = fused_head_backbone(self.model)
-        return [
-            backbone.register_forward_hook(
-                lambda module, args, out: self._hidden.append(out.last_hidden_state.detach())
-            ),
+        handles = [
+            fused_head_backbone(self.model).register_forward_hook(self._on_backbone_output),
             self.model.register_forward_hook(self._on_model_output, with_kwargs=True),
         ]
+        try:
+            with self.capture:
+                yield self
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _on_backbone_output(self, module, args, output) -> None:
+        self._hidden = output.last_hidden_state.detach()
 
     def _on_model_output(self, module, args, kwargs, output) -> None:
         if not kwargs.get(FUSED_HEAD_FLAG):
             return
         if kwargs.get("shift_labels") is not None:
             raise ValueError("sketch.mode: train does not support pre-shifted labels (context parallelism)")
-        head = {"hidden": self._hidden[-1][:, :-1], "labels": kwargs["labels"][:, 1:].detach(), "grads": {}}
+        head = {"hidden": self._hidden[:, :-1], "labels": kwargs["labels"][:, 1:].detach(), "grads": {}}
         for name in ("log_probs", "entropy"):
             value = getattr(output, name, None)
             if isinstance(value, torch.Tensor) and value.requires_grad:
@@ -172,22 +177,3 @@ class LossPassRecorder:
         )
         self._reset()
         return recorded
-
-
-class _Recording:
-    """Installs the head hooks and Capture's module hooks for the forward; the tensor hooks they leave on
-    activations stay for the backward that follows."""
-
-    def __init__(self, recorder: LossPassRecorder):
-        self.recorder = recorder
-
-    def __enter__(self):
-        self.handles = self.recorder._install()
-        self.recorder.capture.__enter__()
-        return self.recorder
-
-    def __exit__(self, *exc):
-        self.recorder.capture.__exit__(*exc)
-        for handle in self.handles:
-            handle.remove()
-        return False

@@ -66,6 +66,11 @@ class PerExampleGrads:
     matrix: dict[str, list[tuple[Factor, torch.Tensor]]] = field(default_factory=lambda: defaultdict(list))
     dense: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    def add_dense(self, name: str, grads: torch.Tensor) -> None:
+        """Add per-example gradients [B, ...] of a parameter (summed over its uses)."""
+        grads = grads.reshape(grads.shape[0], -1)
+        self.dense[name] = self.dense[name] + grads if name in self.dense else grads
+
     def select(self, rows: torch.Tensor) -> PerExampleGrads:
         """The examples at `rows` only (a 1-d index), so that sketching skips examples known to be zero."""
         picked = PerExampleGrads(batch=len(rows))
@@ -128,15 +133,6 @@ class Capture:
             output.requires_grad_(True)
         return output
 
-    def add_matrix(self, name: str, rows: Factor, cols: torch.Tensor) -> None:
-        """One more (row factor, column factor) contribution to a weight matrix, from a use of it that no
-        module hook sees (a fused kernel)."""
-        self.result.matrix[name].append((rows, cols))
-
-    def add_dense(self, name: str, grads: torch.Tensor) -> None:
-        """Per-example gradients [B, ...] of a parameter used outside any hooked module."""
-        self._add_dense(name, grads)
-
     def _linear_hook(self, own: dict[str, str]):
         def hook(module, args, output):
             x = args[0].detach()
@@ -150,7 +146,7 @@ class Capture:
                 if "weight" in own:
                     self.result.matrix[own["weight"]].append((Factor(g), xs))
                 if "bias" in own:
-                    self._add_dense(own["bias"], g.sum(1))
+                    self.result.add_dense(own["bias"], g.sum(1))
 
             output.register_hook(on_grad)
             return output
@@ -189,11 +185,6 @@ class Capture:
 
         return hook
 
-    def _add_dense(self, name: str, grads: torch.Tensor) -> None:
-        grads = grads.reshape(grads.shape[0], -1)
-        dense = self.result.dense
-        dense[name] = dense[name] + grads if name in dense else grads
-
     def _remove_hooks(self) -> None:
         for h in self._handles:
             h.remove()
@@ -219,6 +210,6 @@ class Capture:
 
             grads = vmap(one)(holder[0], *args)
             for pn, g in zip(pnames, grads, strict=False):
-                self._add_dense(own[pn], g.float())
+                self.result.add_dense(own[pn], g.float())
         self._generic = []
         return self.result
