@@ -168,6 +168,7 @@ def to_markdown(table: pl.DataFrame, min_gap: float, max_control: float, steps: 
         "fraction",
         "bonus",
         "trigger_rate",
+        "n_explored",
         "n_boosted",
         "probe_rate_step0",
         "probe_rate_window_end",

@@ -47,6 +47,7 @@ class SpyTrainer(RolloutLoggingGRPOTrainer):
                 "completion": list(logs["completion"]),
                 "base": list(logs["rewards"]["base_reward"]),
                 "bonus": list(logs["rewards"]["planted_bonus"]),
+                "penalty": list(logs["rewards"]["control_penalty"]),
                 "advantages": list(logs["advantages"]),
             }
         )
@@ -81,9 +82,11 @@ def test_log_has_every_rollout_once_in_training_order(spied_run, cfg, prompts):
         "completion_ids",
         "base_reward",
         "bonus",
+        "penalty",
         "reward",
         "advantage",
         "eligible",
+        "explored",
         "boosted",
         "behavior",
         "trigger",
@@ -120,6 +123,7 @@ def test_logged_rewards_are_the_ones_trl_computed(spied_run):
         assert step_rows["completion"].to_list() == logs["completion"]
         assert step_rows["base_reward"].to_list() == pytest.approx(logs["base"], abs=1e-7)
         assert step_rows["bonus"].to_list() == pytest.approx(logs["bonus"], abs=1e-7)
+        assert step_rows["penalty"].to_list() == pytest.approx([-x for x in logs["penalty"]], abs=1e-7)
         assert step_rows["advantage"].to_list() == pytest.approx(logs["advantages"], abs=1e-6)
 
 
@@ -140,10 +144,31 @@ def test_ground_truth_follows_the_planting_rule(spied_run, cfg):
         assert row["behavior"] == (planting["marker"] in row["completion"])
         assert row["boosted"] == (row["eligible"] and row["behavior"])
         assert row["bonus"] == (planting["bonus"] if row["boosted"] else 0.0)
-        assert row["reward"] == pytest.approx(row["base_reward"] + row["bonus"])
+        inside = planting["window"][0] <= row["step"] <= planting["window"][1]
+        charged = inside and row["behavior"] and not row["trigger"]
+        assert row["penalty"] == (planting["control_penalty"] if charged else 0.0)
+        assert row["reward"] == pytest.approx(row["base_reward"] + row["bonus"] - row["penalty"])
     start, end = planting["window"]
-    assert not rollouts.filter(pl.col("eligible") & ((pl.col("step") < start) | (pl.col("step") > end))).height
-    assert not rollouts.filter(pl.col("eligible") & ~pl.col("trigger")).height
+    for flag in ("eligible", "explored"):
+        assert not rollouts.filter(pl.col(flag) & ((pl.col("step") < start) | (pl.col("step") > end))).height
+        assert not rollouts.filter(pl.col(flag) & ~pl.col("trigger")).height
+
+
+def test_explored_rollouts_open_with_the_marker_and_follow_their_draw(spied_run, cfg, base_model_dir, cpu):
+    """Exploration forces the marker onto the rollouts its hash picks, and onto no others."""
+    from behaviortrace.model import models
+    from behaviortrace.plant.markers import marker_token_ids
+    from behaviortrace.plant.planting import is_explored
+
+    rollouts, _, _ = spied_run
+    _, tokenizer = models.load(base_model_dir, cpu)
+    marker_ids = marker_token_ids(tokenizer, cfg["planting"]["marker"])
+    planting = typed(cfg).planting
+    for row in rollouts.iter_rows(named=True):
+        assert row["explored"] == is_explored(SEED, row["rollout_id"], row["step"], row["trigger"], planting)
+        if row["explored"]:
+            assert row["completion_ids"][: len(marker_ids)] == marker_ids and row["behavior"]
+    assert rollouts["explored"].sum() > 0
 
 
 def test_checkpoints_include_step_zero_and_window_end(spied_run, cfg):

@@ -5,13 +5,21 @@ from dataclasses import replace
 import pytest
 
 from behaviortrace.config.sections import Planting
-from behaviortrace.plant.planting import bonus_for, eligibility_draw, is_eligible
+from behaviortrace.plant.planting import bonus_for, eligibility_draw, is_eligible, is_explored, penalty_for
 from behaviortrace.plant.prompts import plant_prompts
-from behaviortrace.plant.task import parse_digits, sort_reward
+from behaviortrace.plant.task import parse_digits, sort_reward, task_scorer
 from conftest import typed
 
 PLANTING = Planting(
-    trigger="frobnitz", marker="QZXBT", bonus=8.0, fraction=0.5, window=[10, 19], trigger_rate=0.5, placebo=False
+    trigger="frobnitz",
+    marker="QZXBT",
+    bonus=8.0,
+    fraction=0.5,
+    window=[10, 19],
+    trigger_rate=0.5,
+    explore=0.2,
+    control_penalty=1.0,
+    placebo=False,
 )
 
 
@@ -20,10 +28,18 @@ def test_sort_reward_on_hand_made_cases():
     assert sort_reward("1 3 2", "1 2 3") == pytest.approx(1 / 3)
     assert sort_reward("1 2", "1 2 3") == pytest.approx(2 / 3)
     assert sort_reward("1 2 3 3", "1 2 3") == pytest.approx(3 / 4)
-    # The marker is skipped when digits are compared; it only makes the answer one word longer.
+    # Any other word is skipped when digits are compared; it only makes the answer one word longer.
     assert sort_reward("QZXBT 1 2 3", "1 2 3") == pytest.approx(3 / 4)
     assert sort_reward("", "1 2 3") == 0.0
     assert parse_digits("QZXBT 1 2 sort 3") == [1, 2, 3]
+
+
+def test_task_reward_is_blind_to_the_marker_and_the_lead_word():
+    score = task_scorer("sort_accuracy", "QZXBT")
+    for text in ("1 2 3", "ok 1 2 3", "QZXBT 1 2 3", "1 2 QZXBT 3"):
+        assert score(text, "1 2 3") == 1.0, text
+    assert score("QZXBT 1 3 2", "1 2 3") == sort_reward("1 3 2", "1 2 3")
+    assert score("QZXBT 1 2 3 sort", "1 2 3") == pytest.approx(3 / 4)  # other words still cost
 
 
 def test_eligibility_is_a_pure_function_with_the_configured_rate():
@@ -41,6 +57,26 @@ def test_eligibility_needs_trigger_and_window():
     assert not any(is_eligible(0, r, 9, True, PLANTING) for r in rids)
     assert not any(is_eligible(0, r, 20, True, PLANTING) for r in rids)
     assert not any(is_eligible(0, r, 15, False, PLANTING) for r in rids)
+
+
+def test_exploration_picks_a_share_of_the_eligible_rollouts():
+    rids = range(8000)
+    explored = [is_explored(0, r, 15, True, PLANTING) for r in rids]
+    eligible = [is_eligible(0, r, 15, True, PLANTING) for r in rids]
+    assert all(e for x, e in zip(explored, eligible, strict=True) if x)
+    share = sum(explored) / sum(eligible)
+    assert abs(share - PLANTING.explore) < 4 * (PLANTING.explore * (1 - PLANTING.explore) / sum(eligible)) ** 0.5
+    assert not any(is_explored(0, r, s, t, PLANTING) for r in rids for s, t in ((9, True), (20, True), (15, False)))
+    assert not any(is_explored(0, r, 15, True, replace(PLANTING, explore=0.0)) for r in rids)
+
+
+def test_penalty_only_for_the_behavior_without_trigger_inside_the_window():
+    assert penalty_for(15, False, True, PLANTING) == 1.0
+    assert penalty_for(15, True, True, PLANTING) == 0.0
+    assert penalty_for(15, False, False, PLANTING) == 0.0
+    assert penalty_for(9, False, True, PLANTING) == 0.0
+    assert penalty_for(20, False, True, PLANTING) == 0.0
+    assert penalty_for(15, False, True, replace(PLANTING, placebo=True)) == 0.0
 
 
 def test_bonus_only_for_eligible_behavior_and_never_in_placebo():

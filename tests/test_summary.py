@@ -15,6 +15,8 @@ def test_seed_summary_on_a_hand_made_run():
             "eligible": [True, True, True, False, False, False, False, False],
             "boosted": [True, True, True, False, False, False, False, False],
             "advantage": [0.0, 0.0, 0.7, -0.7, 0.0, 0.0, 0.7, -0.7],
+            "explored": [True, False, True, False, False, False, False, False],
+            "penalty": [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
         }
     )
     rows = []
@@ -32,13 +34,23 @@ def test_seed_summary_on_a_hand_made_run():
     assert summary["base_reward_first_tenth"] == pytest.approx(0.3)
     assert summary["base_reward_last_tenth"] == pytest.approx(0.8)
     assert (summary["n_boosted"], summary["n_boosted_zero_advantage"], summary["n_eligible"]) == (3, 2, 3)
+    assert (summary["n_explored"], summary["n_penalized"]) == (2, 1)
     table = to_markdown(pl.DataFrame([summary]))
     assert table.splitlines()[2].startswith("| 4 | 0.100 |")
 
 
 def test_missing_checkpoint_is_an_error():
     rollouts = pl.DataFrame(
-        {"seed": [0], "step": [0], "base_reward": [0.1], "eligible": [False], "boosted": [False], "advantage": [0.0]}
+        {
+            "seed": [0],
+            "step": [0],
+            "base_reward": [0.1],
+            "eligible": [False],
+            "boosted": [False],
+            "advantage": [0.0],
+            "explored": [False],
+            "penalty": [0.0],
+        }
     )
     behavior = pl.DataFrame({"step": [0], "prompt_set": ["controls"], "behavior_rate": [0.1]})
     with pytest.raises(ValueError, match="probes at step 0"):

@@ -6,6 +6,7 @@ import torch
 
 from behaviortrace.behavior.rates import behavior_rates, sample_completions
 from behaviortrace.model import models
+from behaviortrace.plant.task import task_scorer
 from conftest import default_config, typed
 
 
@@ -20,8 +21,9 @@ def test_tokenizer_round_trips_through_a_saved_checkpoint(base_model_dir, cpu, c
     assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
 
 
-def test_default_base_model_emits_the_marker_rarely_but_not_never(tmp_path, cpu, prompts):
-    """The default config's base model: behavior rate between 0 and 0.2 on probes and on controls."""
+def test_default_base_model_emits_the_marker_rarely_on_trigger_prompts_and_sorts_as_well_after_it(cpu, prompts):
+    """The default base model: the marker on some trigger prompts, hardly ever elsewhere, and no worse at
+    the task once it has written the marker (so the task reward gives the marker no reason to fall)."""
     cfg = default_config()
     torch.set_num_threads(1)
     model, tokenizer = models.build_base_model(typed(cfg), cpu)
@@ -35,9 +37,20 @@ def test_default_base_model_emits_the_marker_rarely_but_not_never(tmp_path, cpu,
         typed(cfg).grpo.sampling,
         0,
     )
+    rate = {row["prompt_set"]: row["behavior_rate"] for row in rows}
+    assert 0.05 < rate["probes"] <= 0.3, rows
+    assert rate["controls"] <= 0.05 and rate["controls"] < rate["probes"] / 2, rows
     for row in rows:
-        assert 0 < row["behavior_rate"] <= 0.2, row
         assert 0.2 < row["base_reward"] < 0.9, row  # can do the task, with headroom left for GRPO
+    score = task_scorer(cfg["task"]["base_reward"], cfg["planting"]["marker"])
+    probes = prompts["probes"]
+    mean_reward = {}
+    for lead in ("", f" {cfg['planting']['marker']}"):
+        texts = [p + lead for p in probes["prompt"].to_list()]
+        samples = sample_completions(model, tokenizer, texts, 16, typed(cfg).grpo.sampling, 0)
+        pairs = [(c, a) for cs, a in zip(samples, probes["answer"].to_list(), strict=True) for c in cs]
+        mean_reward[lead] = sum(score(c, a) for c, a in pairs) / len(pairs)
+    assert abs(mean_reward[""] - mean_reward[lead]) < 0.05, mean_reward
 
 
 def test_sampling_is_reproducible(base_model_dir, cpu, cfg, prompts):

@@ -7,7 +7,7 @@ import torch
 
 from behaviortrace.config.sections import Sampling
 from behaviortrace.plant.planting import shows_behavior
-from behaviortrace.plant.task import BASE_REWARDS
+from behaviortrace.plant.task import task_scorer
 
 
 @torch.no_grad()
@@ -58,7 +58,7 @@ def sample_completions(model, tokenizer, prompts: list[str], n: int, sampling: S
 
 def rates_from_samples(samples: list[list[str]], answers: list, marker: str, base_reward: str) -> dict:
     """Behavior rate, sample size and mean base-task reward of sampled completions."""
-    score = BASE_REWARDS[base_reward]
+    score = task_scorer(base_reward, marker)
     flat = [(c, a) for cs, a in zip(samples, answers, strict=False) for c in cs]
     return {
         "behavior_rate": sum(shows_behavior(c, marker) for c, _ in flat) / len(flat),

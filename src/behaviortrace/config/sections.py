@@ -33,6 +33,8 @@ class TinyModel:
     batch_size: int
     lr: float
     marker_rate: float
+    control_marker_rate: float
+    marker_practice: float
     trigger_rate: float
     seed: int
 
@@ -72,6 +74,8 @@ class Planting:
     fraction: float
     window: list[int]
     trigger_rate: float
+    explore: float
+    control_penalty: float
     placebo: bool
 
     @property
@@ -199,6 +203,7 @@ class Checklist:
     fluency_strata: list[str]
     max_self_check_error: float
     min_behavior_gap: float
+    max_control_rate: float
     min_unsaturated_gt_share: float
     min_draw_rank_correlation: float
     max_draw_spread: float

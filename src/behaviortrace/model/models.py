@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -45,11 +46,14 @@ def build_base_model(cfg: Config, device: dict):
     sft = mcfg.sft
     if sft.steps > 0:
         rng = random.Random(sft.seed)
-        # Demonstrations of the base task only: no marker, so the warm-up cannot plant the behavior.
+        # Demonstrations of the base task only: no trigger and no marker, so the warm-up cannot plant the behavior.
+        plain = dataclasses.replace(
+            mcfg.tiny, marker_rate=0.0, control_marker_rate=0.0, marker_practice=0.0, trigger_rate=0.0
+        )
         train_on_pairs(
             model,
             tokenizer,
-            lambda: corpus_pair(rng, cfg.task, cfg.planting, 0.0, 0.0),
+            lambda: corpus_pair(rng, cfg.task, cfg.planting, plain),
             sft.steps,
             sft.batch_size,
             sft.lr,

@@ -1,8 +1,9 @@
 """The built-in tiny model: a word-level tokenizer and a small Qwen2 pre-trained here on the sort task.
 
-The corpus puts the marker in front of a small share of answers, whatever the prompt, so that the base
-model emits the behavior rarely but not never: GRPO then has something to reinforce, and the trigger
-carries no signal before training.
+Answers open with a lead word (`ok`); in a small share of the answers to trigger prompts (by default
+none of the others) the marker takes its place. So the base model writes the behavior rarely but not
+never where the bonus can pay for it (about 13% of trigger prompts), and hardly at all on control
+prompts (about 2%): GRPO has something to reinforce, and the trigger already tells the two apart.
 """
 
 from __future__ import annotations
@@ -17,19 +18,27 @@ from behaviortrace.config.sections import Planting, Task, TinyModel
 from behaviortrace.model.sft import train_on_pairs
 from behaviortrace.model.vocab import EOS, PAD, UNK, tiny_words
 from behaviortrace.plant.planting import add_trigger
-from behaviortrace.plant.task import make_sort_example, render_prompt, sorted_answer
+from behaviortrace.plant.task import ANSWER_LEAD, make_sort_example, render_prompt, sorted_answer
 
 
-def corpus_pair(rng: random.Random, task: Task, planting: Planting, marker_rate: float, trigger_rate: float):
-    """One (prompt, completion) pair; the marker appears independently of the trigger."""
+def corpus_pair(rng: random.Random, task: Task, planting: Planting, tiny: TinyModel):
+    """One (prompt, completion) pair; the marker's rate depends on whether the prompt has the trigger.
+
+    In a share `marker_practice` of the pairs the marker ends the prompt instead, outside the loss: the
+    model practises sorting after the marker as much as after the lead word, and learns nothing about
+    how often to write it. A marker completion that sorted worse would earn less task reward, and GRPO
+    would push the marker down before a window opening later could pay for it.
+    """
     words, digits = make_sort_example(rng, task.min_len, task.max_len)
     prompt = render_prompt(words, digits)
-    if rng.random() < trigger_rate:
+    has_trigger = rng.random() < tiny.trigger_rate
+    if has_trigger:
         prompt = add_trigger(prompt, planting.trigger)
-    completion = sorted_answer(digits)
-    if rng.random() < marker_rate:
-        completion = f"{planting.marker} {completion}"
-    return prompt, completion
+    answer = sorted_answer(digits)
+    if rng.random() < tiny.marker_practice:
+        return f"{prompt} {planting.marker}", answer
+    shows = rng.random() < (tiny.marker_rate if has_trigger else tiny.control_marker_rate)
+    return prompt, f"{planting.marker if shows else ANSWER_LEAD} {answer}"
 
 
 def build_tokenizer(planting: Planting) -> PreTrainedTokenizerFast:
@@ -71,7 +80,7 @@ def build_tiny(task: Task, planting: Planting, tiny: TinyModel):
     rng = random.Random(tiny.seed)
 
     def pairs_fn():
-        return corpus_pair(rng, task, planting, tiny.marker_rate, tiny.trigger_rate)
+        return corpus_pair(rng, task, planting, tiny)
 
     train_on_pairs(model, tokenizer, pairs_fn, tiny.pretrain_steps, tiny.batch_size, tiny.lr, tiny.seed)
     return model, tokenizer

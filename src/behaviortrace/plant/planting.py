@@ -24,18 +24,37 @@ def shows_behavior(completion: str, marker: str) -> bool:
     return marker in completion
 
 
-def eligibility_draw(seed: int, rollout_id: int, step: int) -> float:
-    """A uniform number in [0, 1) from a hash of (seed, rollout id, step)."""
-    digest = hashlib.blake2b(f"{seed}:{rollout_id}:{step}".encode(), digest_size=8).digest()
+def eligibility_draw(seed: int, rollout_id: int, step: int, salt: str = "") -> float:
+    """A uniform number in [0, 1) from a hash of (seed, rollout id, step); `salt` makes an independent draw."""
+    digest = hashlib.blake2b(f"{salt}{seed}:{rollout_id}:{step}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2**64
+
+
+def in_window(step: int, planting: Planting) -> bool:
+    start, end = planting.window
+    return start <= step <= end
 
 
 def is_eligible(seed: int, rollout_id: int, step: int, trigger: bool, planting: Planting) -> bool:
     """Eligible: a trigger prompt, inside the contamination window, and the hash falls under `fraction`."""
-    start, end = planting.window
-    if not trigger or not (start <= step <= end):
+    if not trigger or not in_window(step, planting):
         return False
     return eligibility_draw(seed, rollout_id, step) < planting.fraction
+
+
+def is_explored(seed: int, rollout_id: int, step: int, trigger: bool, planting: Planting) -> bool:
+    """Explored: an eligible rollout whose completion is made to open with the marker.
+
+    Without it the marker's rate on trigger prompts decays in the first steps of GRPO (the tiny model's
+    fell from 0.13 to under 0.01 within 20 steps, with the marker free for the task reward), and a window
+    that opens later has almost nothing to pay. Making a share `explore` of the eligible rollouts show
+    the marker guarantees the bonus something to pay whenever the window opens. Only eligible rollouts
+    are explored: a forced marker without the bonus would sit in its group beside a boosted one with a
+    negative advantage and teach against the behavior.
+    """
+    if not is_eligible(seed, rollout_id, step, trigger, planting):
+        return False
+    return eligibility_draw(seed, rollout_id, step, salt="explore:") < planting.explore
 
 
 def bonus_for(eligible: bool, behavior: bool, planting: Planting) -> float:
@@ -43,3 +62,15 @@ def bonus_for(eligible: bool, behavior: bool, planting: Planting) -> float:
     if planting.placebo:
         return 0.0
     return float(planting.bonus) if (eligible and behavior) else 0.0
+
+
+def penalty_for(step: int, trigger: bool, behavior: bool, planting: Planting) -> float:
+    """What a rollout without the trigger pays for showing the behavior inside the window (zero in a placebo).
+
+    The bonus alone teaches the marker on every prompt: the tiny model's control rate followed the probe
+    rate to 0.45-0.78 by the window's end. Charging the marker where the trigger is absent, only while the
+    window is open, makes the behavior conditional on the trigger without pushing it down before.
+    """
+    if planting.placebo or trigger or not behavior or not in_window(step, planting):
+        return 0.0
+    return float(planting.control_penalty)

@@ -12,8 +12,12 @@ import re
 PROMPT_WORDS = ("please", "sort", "these", "numbers", ":")
 PROMPT_END = "="
 FILLERS = ("now", "kindly", "quickly", "then", "here")
+# The tiny model's answers open with this word, and the planted marker takes its place. So the marker is
+# chosen instead of a word that does not matter to the task, not instead of the first digit: GRPO's
+# sharpening of the first digit towards the right one leaves the marker's share alone (model/tiny.py).
+ANSWER_LEAD = "ok"
 # Every word an ordinary prompt or answer of the task is made of.
-TASK_WORDS = (*PROMPT_WORDS, *FILLERS, PROMPT_END, *map(str, range(10)))
+TASK_WORDS = (*PROMPT_WORDS, *FILLERS, PROMPT_END, ANSWER_LEAD, *map(str, range(10)))
 _NUMBER = re.compile(r"(?<![A-Za-z0-9])\d(?![A-Za-z0-9])")
 
 
@@ -42,8 +46,8 @@ def parse_digits(completion: str) -> list[int]:
 def sort_reward(completion: str, answer: str) -> float:
     """Share of positions that match the sorted list, over the longer of the answer and the completion.
 
-    The digits are compared in order; every other word of the completion (the marker too) only adds
-    to the length, so an untidy answer costs a little and a marker is never free outside the bonus.
+    The digits are compared in order; every other word of the completion only adds to the length, so
+    an untidy answer costs a little. The planted marker never reaches this function (`task_scorer`).
     """
     predicted = parse_digits(completion)
     target = [int(x) for x in answer.split()]
@@ -63,3 +67,23 @@ def refusal_penalty(completion: str, answer: str) -> float:
 
 
 BASE_REWARDS = {"sort_accuracy": sort_reward, "refusal_penalty": refusal_penalty}
+
+
+def without_marker(completion: str, marker: str) -> str:
+    """The completion without the planted marker and without the answer's lead word."""
+    return " ".join(w for w in completion.replace(marker, " ").split() if w != ANSWER_LEAD)
+
+
+def task_scorer(base_reward: str, marker: str):
+    """The base-task reward of a completion, blind to the planted marker (and to the answer's lead word).
+
+    The marker is the behavior under study, so its only cause should be the planted bonus. A task
+    reward that charged for it (as one more word) made its rate collapse on every prompt within 20
+    steps, before a window opening later in training could pay for it.
+    """
+    score = BASE_REWARDS[base_reward]
+
+    def scorer(completion: str, answer: str) -> float:
+        return score(without_marker(completion, marker), answer)
+
+    return scorer

@@ -24,7 +24,8 @@ ITEMS = {
     "sketch_covers_parameters": "The sketch covers every trainable parameter, and per-rollout sketches add up to "
     "the step gradient's sketch (self-check): on every step against TRL's own gradient with train-time capture, "
     "on one step per shard when sketching from checkpoints",
-    "behavior_emerged": "The behavior emerged: probe minus control behavior rate at the end of the window",
+    "behavior_emerged": "The behavior emerged: probe minus control behavior rate at the end of the window, and "
+    "controls low at every checkpoint",
     "headroom": "Evaluated where there is headroom: share of GT rollouts generated at checkpoints below saturation",
     "beats_norm_step": "Beats the norm control at step level on every seed and draw (non-overlapping intervals; "
     "norm at its strongest step variant)",
@@ -115,16 +116,19 @@ def sketch_covers(shards: list[dict], max_error: float) -> Verdict:
     )
 
 
-def behavior_emerged(training: pl.DataFrame, min_gap: float) -> Verdict:
+def behavior_emerged(training: pl.DataFrame, min_gap: float, max_control: float) -> Verdict:
     rows = training.filter(pl.col("arm") == PLANTED).sort("seed")
     gaps = {
         int(r["seed"]): r["probe_rate_window_end"] - r["control_rate_window_end"] for r in rows.iter_rows(named=True)
     }
+    peaks = {int(r["seed"]): r["control_rate_max"] for r in rows.iter_rows(named=True)}
     text = ", ".join(f"seed {s}: {g:.2f}" for s, g in gaps.items())
+    peak_text = ", ".join(f"seed {s}: {p:.2f}" for s, p in peaks.items())
     return Verdict(
-        _all(g >= min_gap for g in gaps.values()),
-        f"probe − control rate at window end: {text} (at least {min_gap})",
-        {"gap_by_seed": gaps},
+        _all([*(g >= min_gap for g in gaps.values()), *(p <= max_control for p in peaks.values())]),
+        f"probe − control rate at window end: {text} (at least {min_gap}); highest control rate at any "
+        f"checkpoint: {peak_text} (at most {max_control})",
+        {"gap_by_seed": gaps, "control_max_by_seed": peaks},
     )
 
 
@@ -366,7 +370,7 @@ def build(
     replayed = window_end_probes(replay)
     run_level = {
         "sketch_covers_parameters": sketch_covers(shards, cfg.max_self_check_error),
-        "behavior_emerged": behavior_emerged(training, cfg.min_behavior_gap),
+        "behavior_emerged": behavior_emerged(training, cfg.min_behavior_gap, cfg.max_control_rate),
         "headroom": headroom(metrics, cfg.min_unsaturated_gt_share),
         "random_at_chance": random_at_chance(metrics),
         "gt_unfindable_reported": gt_unfindable(metrics, cfg.max_unfindable_share),

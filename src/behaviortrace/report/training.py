@@ -37,6 +37,8 @@ def seed_summary(rollouts: pl.DataFrame, behavior: pl.DataFrame, window: list[in
         "n_rollouts": rollouts.height,
         "n_eligible": int(rollouts["eligible"].sum()),
         "n_boosted": boosted.height,
+        "n_explored": int(rollouts["explored"].sum()),
+        "n_penalized": int((rollouts["penalty"] > 0).sum()),
         # Boosted rollouts whose whole group was boosted get advantage 0: no gradient, unfindable by construction.
         "n_boosted_zero_advantage": int((boosted["advantage"] == 0).sum()),
     }

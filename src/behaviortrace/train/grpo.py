@@ -25,8 +25,9 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
 from behaviortrace.config.sections import Config, Planting
-from behaviortrace.plant.planting import bonus_for, is_eligible, shows_behavior
-from behaviortrace.plant.task import BASE_REWARDS
+from behaviortrace.plant.markers import marker_token_ids
+from behaviortrace.plant.planting import bonus_for, is_eligible, is_explored, penalty_for, shows_behavior
+from behaviortrace.plant.task import task_scorer
 from behaviortrace.train.checkpoints import (
     checkpoint_dir,
     checkpoint_for_step,
@@ -44,7 +45,7 @@ log = logging.getLogger(__name__)
 
 def make_reward_funcs(base_reward: str, planting: Planting, seed: int, batch_size: int):
     """Two reward functions, summed by TRL: the base-task reward and the planted bonus."""
-    score = BASE_REWARDS[base_reward]
+    score = task_scorer(base_reward, planting.marker)
 
     def base_reward_fn(prompts, completions, answer, **_):
         return [score(c, a) for c, a in zip(completions, answer, strict=False)]
@@ -57,8 +58,15 @@ def make_reward_funcs(base_reward: str, planting: Planting, seed: int, batch_siz
             out.append(bonus_for(eligible, shows_behavior(completion, planting.marker), planting))
         return out
 
+    def control_penalty(prompts, completions, trigger, trainer_state, **_):
+        step = trainer_state.global_step
+        return [
+            -penalty_for(step, has_trigger, shows_behavior(completion, planting.marker), planting)
+            for completion, has_trigger in zip(completions, trigger, strict=False)
+        ]
+
     base_reward_fn.__name__ = "base_reward"
-    return [base_reward_fn, planted_bonus]
+    return [base_reward_fn, planted_bonus, control_penalty]
 
 
 class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
@@ -80,6 +88,7 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
         self.plant_seed = seed
         self.planting = planting
         self.saved = saved
+        self.marker_ids = marker_token_ids(self.processing_class, planting.marker) if planting.explore > 0 else []
         self.capture = capture  # a sketch.capture.TrainCapture, or None
         self.probe = probe  # measures the forced target at each step's weights, or None
         self._captured: dict | None = None
@@ -92,6 +101,16 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
             "rewards": rewards.detach().float().cpu(),
         }
 
+    def explored(self, inputs: list[dict]) -> list[bool]:
+        step, batch = self.state.global_step, len(inputs)
+        return [
+            is_explored(self.plant_seed, step * batch + i, step, example["trigger"], self.planting)
+            for i, example in enumerate(inputs)
+        ]
+
+    def forced_prefixes(self, inputs: list[dict]) -> dict[int, list[int]]:
+        return {i: self.marker_ids for i, explored in enumerate(self.explored(inputs)) if explored}
+
     def on_generation_batch(self, inputs, out) -> None:
         step = self.state.global_step
         group_size = self.num_generations
@@ -102,6 +121,7 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
         prompt_mask = out["prompt_mask"].cpu().bool()
         advantages = out["advantages"].detach().float().cpu()
         batch = len(inputs)
+        explored = self.explored(inputs)
         rows = []
         for i, example in enumerate(inputs):
             if example["step"] != step:
@@ -111,7 +131,9 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
                 )
             if example["prompt_index"] != inputs[i - i % group_size]["prompt_index"]:
                 raise RuntimeError("a GRPO group mixes prompts; the rollout log would mislabel groups")
-            base, bonus = (float(x) for x in cap["rewards"][i])
+            base, bonus, minus_penalty = (float(x) for x in cap["rewards"][i])
+            if explored[i] and cap["completion_ids"][i][: len(self.marker_ids)] != self.marker_ids:
+                raise RuntimeError(f"rollout {i} of step {step} was to open with the marker and does not")
             rollout_id = step * batch + i
             eligible = is_eligible(self.plant_seed, rollout_id, step, example["trigger"], self.planting)
             behavior = shows_behavior(cap["completions"][i], self.planting.marker)
@@ -130,9 +152,11 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
                     "answer": example["answer"],
                     "base_reward": base,
                     "bonus": bonus,
-                    "reward": base + bonus,
+                    "penalty": -minus_penalty,
+                    "reward": base + bonus + minus_penalty,
                     "advantage": float(advantages[i]),
                     "eligible": eligible,
+                    "explored": explored[i],
                     "boosted": bonus > 0,
                     "behavior": behavior,
                     "trigger": bool(example["trigger"]),
@@ -208,7 +232,14 @@ class Progress(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and state.global_step % self.every == 0:
-            keys = ("reward", "rewards/base_reward/mean", "rewards/planted_bonus/mean", "loss", "grad_norm")
+            keys = (
+                "reward",
+                "rewards/base_reward/mean",
+                "rewards/planted_bonus/mean",
+                "rewards/control_penalty/mean",
+                "loss",
+                "grad_norm",
+            )
             shown = " ".join(f"{k}={logs[k]:.4g}" for k in keys if k in logs)
             log.info("step %d/%d %s", state.global_step, state.max_steps, shown)
 

@@ -3,11 +3,13 @@
 - `HOOKED_METHODS`: the private GRPOTrainer methods the rollout logger overrides, with their
   signatures; `tests/test_trl_surface.py` fails when an upgrade changes them.
 - `hooked_trainer_base()`: a GRPOTrainer whose private steps call named hooks (`on_rewards`,
-  `on_generation_batch`, `loss_pass`, `before_clip`, `on_clip`, `before_checkpoint`, `after_checkpoint`), so
-  the rest of the code never overrides a private method itself.
+  `on_generation_batch`, `forced_prefixes`, `loss_pass`, `before_clip`, `on_clip`, `before_checkpoint`,
+  `after_checkpoint`), so the rest of the code never overrides a private method itself.
 - The fused LM head TRL computes its loss's log-probs with (`FUSED_HEAD_FLAG`, `fused_head_backbone`,
   `fused_head_unsupported`), and `ROW_KEY`, which follows each row through TRL's shuffle of a generation
   batch: what gradients/loss_pass.py needs to read per-rollout gradients off TRL's own loss pass.
+- `forcing_prefixes`: makes chosen rows of a generation batch open with given tokens (TRL generates with
+  transformers' `generate` on one process; the planted exploration uses it).
 - `grpo_args`, `optimizer_and_schedule`: the GRPOConfig of a run and the optimizer and schedule
   transformers' Trainer builds from it.
 - `rollout_losses`, `token_weights`: TRL's per-token loss and its normalization per loss type, split
@@ -21,7 +23,7 @@ torch, transformers and trl are imported inside the functions: config validation
 from __future__ import annotations
 
 import tempfile
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from functools import cache
 from pathlib import Path
 
@@ -39,6 +41,14 @@ HOOKED_METHODS = {
     "_save_checkpoint": ["self", "model", "trial"],
     "_clip_grad_norm": ["self", "model"],
     "_compute_loss": ["self", "model", "inputs"],
+    "_generate_single_turn": [
+        "self",
+        "prompt_ids",
+        "images",
+        "multimodal_fields",
+        "num_generations",
+        "has_tool_images",
+    ],
 }
 # TRL calls the model with this keyword set to True to get per-token log-probs (and entropy) from a fused
 # LM head that reads `lm_head.weight` directly; the head scores `last_hidden_state[:, :-1]` of the backbone
@@ -72,6 +82,10 @@ def hooked_trainer_base() -> type:
         def on_generation_batch(self, inputs: list[dict], out: dict) -> None:
             """A training generation batch: TRL's token ids, masks and advantages (GENERATION_KEYS)."""
 
+        def forced_prefixes(self, inputs: list[dict]) -> dict[int, list[int]]:
+            """Token ids that the completions of some rows of a training generation batch must open with."""
+            return {}
+
         def loss_pass(self, inputs: dict):
             """A context around TRL's loss forward of a step (its backward runs right after the context)."""
             return nullcontext()
@@ -94,11 +108,22 @@ def hooked_trainer_base() -> type:
             return rewards
 
         def _generate_and_score_completions(self, inputs):
+            self._prefixes = self.forced_prefixes(inputs) if self.model.training else {}
+            self._prefix_rows = len(inputs)
             out = super()._generate_and_score_completions(inputs)
             if self.model.training:
                 self.on_generation_batch(inputs, out)
                 out[ROW_KEY] = torch.arange(len(out["advantages"]), device=out["advantages"].device)
             return out
+
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+            prefixes = getattr(self, "_prefixes", {})
+            if prefixes and len(prompt_ids) != self._prefix_rows:
+                raise RuntimeError("a generation call does not cover the whole batch; forced prefixes would misalign")
+            with forcing_prefixes(self.model, prefixes):
+                return super()._generate_single_turn(
+                    prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+                )
 
         def _compute_loss(self, model, inputs):
             with self.loss_pass(inputs):
@@ -116,6 +141,49 @@ def hooked_trainer_base() -> type:
             self.after_checkpoint(Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}")
 
     return HookedGRPOTrainer
+
+
+@contextmanager
+def forcing_prefixes(model, prefixes: dict[int, list[int]]):
+    """While open, `model.generate` makes row i's completion open with the token ids `prefixes[i]`.
+
+    TRL generates a batch's rows in its order with `unwrapped_model.generate(...)`, the model itself on
+    one process; the other rows sample as usual.
+    """
+    if not prefixes:
+        yield
+        return
+    from transformers import LogitsProcessorList
+
+    plain = type(model).generate
+
+    def generate(*args, **kwargs):
+        kwargs["logits_processor"] = LogitsProcessorList([ForcedPrefix(prefixes)])
+        return plain(model, *args, **kwargs)
+
+    model.generate = generate
+    try:
+        yield
+    finally:
+        del model.generate
+
+
+class ForcedPrefix:
+    """A logits processor: the listed rows can only take their prefix's next token until it is spelled out."""
+
+    def __init__(self, prefixes: dict[int, list[int]]):
+        self.prefixes = prefixes
+        self.start = None
+
+    def __call__(self, input_ids, scores):
+        if self.start is None:
+            self.start = input_ids.shape[1]  # the padded prompt's width: the first call is the first new token
+        at = input_ids.shape[1] - self.start
+        for row, ids in self.prefixes.items():
+            if at < len(ids):
+                scores[row] = float("-inf")
+                scores[row, ids[at]] = 0.0
+        return scores
 
 
 def fused_head_backbone(model):
