@@ -31,6 +31,7 @@ def small_config() -> dict:
     cfg["grpo"].update(steps=6, prompts_per_step=3, num_generations=4, save_every=2, warmup_steps=0)
     cfg["grpo"]["beta"] = 0.1  # the default run has no KL term; the tests check its gradients and replay too
     cfg["planting"]["window"] = [0, 2]
+    cfg["planting"]["explore"] = 2  # below a step's eligible rollouts, so exploration tops up rather than forcing all
     # Two shards of three steps; chunks of 5 rollouts split the 12 rollouts of a step unevenly.
     cfg["sketch"].update(k=256, shard_steps=3, chunk_rollouts=5)
     cfg["targets"].update(samples_per_prompt=4)

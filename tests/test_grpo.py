@@ -154,21 +154,26 @@ def test_ground_truth_follows_the_planting_rule(spied_run, cfg):
         assert not rollouts.filter(pl.col(flag) & ~pl.col("trigger")).height
 
 
-def test_explored_rollouts_open_with_the_marker_and_follow_their_draw(spied_run, cfg, base_model_dir, cpu):
-    """Exploration forces the marker onto the rollouts its hash picks, and onto no others."""
+def test_exploration_tops_up_the_eligible_rollouts_that_show_the_marker(spied_run, cfg, base_model_dir, cpu):
+    """Explored rollouts are eligible and open with the marker; a step explores just enough of them to bring
+    its eligible rollouts that show the marker up to `planting.explore`, and none where the model did."""
     from behaviortrace.model import models
     from behaviortrace.plant.markers import marker_token_ids
-    from behaviortrace.plant.planting import is_explored
 
     rollouts, _, _ = spied_run
     _, tokenizer = models.load(base_model_dir, cpu)
     marker_ids = marker_token_ids(tokenizer, cfg["planting"]["marker"])
-    planting = typed(cfg).planting
-    for row in rollouts.iter_rows(named=True):
-        assert row["explored"] == is_explored(SEED, row["rollout_id"], row["step"], row["trigger"], planting)
-        if row["explored"]:
-            assert row["completion_ids"][: len(marker_ids)] == marker_ids and row["behavior"]
-    assert rollouts["explored"].sum() > 0
+    floor = cfg["planting"]["explore"]
+    for row in rollouts.filter(pl.col("explored")).iter_rows(named=True):
+        assert row["eligible"] and row["behavior"] and row["completion_ids"][: len(marker_ids)] == marker_ids
+    per_step = rollouts.group_by("step").agg(
+        explored=pl.col("explored").sum(),
+        natural=(pl.col("eligible") & pl.col("behavior") & ~pl.col("explored")).sum(),
+        eligible=pl.col("eligible").sum(),
+    )
+    for step in per_step.iter_rows(named=True):
+        assert step["explored"] == max(0, min(floor - step["natural"], step["eligible"] - step["natural"])), step
+    assert per_step["explored"].sum() > 0
 
 
 def test_checkpoints_include_step_zero_and_window_end(spied_run, cfg):

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from behaviortrace.config.sections import Planting
-from behaviortrace.plant.planting import bonus_for, eligibility_draw, is_eligible, is_explored, penalty_for
+from behaviortrace.plant.planting import bonus_for, eligibility_draw, exploration_rows, is_eligible, penalty_for
 from behaviortrace.plant.prompts import plant_prompts
 from behaviortrace.plant.task import parse_digits, sort_reward, task_scorer
 from conftest import typed
@@ -17,7 +17,7 @@ PLANTING = Planting(
     fraction=0.5,
     window=[10, 19],
     trigger_rate=0.5,
-    explore=0.2,
+    explore=12,
     control_penalty=1.0,
     placebo=False,
 )
@@ -59,15 +59,18 @@ def test_eligibility_needs_trigger_and_window():
     assert not any(is_eligible(0, r, 15, False, PLANTING) for r in rids)
 
 
-def test_exploration_picks_a_share_of_the_eligible_rollouts():
-    rids = range(8000)
-    explored = [is_explored(0, r, 15, True, PLANTING) for r in rids]
-    eligible = [is_eligible(0, r, 15, True, PLANTING) for r in rids]
-    assert all(e for x, e in zip(explored, eligible, strict=True) if x)
-    share = sum(explored) / sum(eligible)
-    assert abs(share - PLANTING.explore) < 4 * (PLANTING.explore * (1 - PLANTING.explore) / sum(eligible)) ** 0.5
-    assert not any(is_explored(0, r, s, t, PLANTING) for r in rids for s, t in ((9, True), (20, True), (15, False)))
-    assert not any(is_explored(0, r, 15, True, replace(PLANTING, explore=0.0)) for r in rids)
+def test_exploration_forces_just_enough_unmarked_eligible_rows():
+    ids = list(range(100, 108))
+    eligible = [True, True, False, True, True, False, True, True]
+    marked = [True, False, False, False, True, True, False, False]
+    rows = exploration_rows(5, 3, ids, eligible, marked, floor=4)
+    assert len(rows) == 2 and all(eligible[r] and not marked[r] for r in rows)
+    assert rows == exploration_rows(5, 3, ids, eligible, marked, floor=4)  # a pure function
+    assert set(exploration_rows(5, 3, ids, eligible, marked, floor=9)) == {1, 3, 6, 7}  # all that can be
+    assert exploration_rows(5, 3, ids, eligible, marked, floor=2) == []  # the model already shows it
+    assert exploration_rows(5, 3, ids, eligible, marked, floor=0) == []
+    picks = {tuple(exploration_rows(s, 3, ids, eligible, marked, floor=3)) for s in range(40)}
+    assert len(picks) > 1  # which rows: a hash draw of (seed, rollout id, step)
 
 
 def test_penalty_only_for_the_behavior_without_trigger_inside_the_window():

@@ -74,7 +74,7 @@ class Planting:
     fraction: float
     window: list[int]
     trigger_rate: float
-    explore: float
+    explore: int
     control_penalty: float
     placebo: bool
 

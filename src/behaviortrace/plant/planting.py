@@ -42,19 +42,25 @@ def is_eligible(seed: int, rollout_id: int, step: int, trigger: bool, planting: 
     return eligibility_draw(seed, rollout_id, step) < planting.fraction
 
 
-def is_explored(seed: int, rollout_id: int, step: int, trigger: bool, planting: Planting) -> bool:
-    """Explored: an eligible rollout whose completion is made to open with the marker.
+def exploration_rows(
+    seed: int, step: int, rollout_ids: list[int], eligible: list[bool], marked: list[bool], floor: int
+):
+    """The rows of a step's batch whose completion is made to open with the marker (exploration).
 
-    Without it the marker's rate on trigger prompts decays in the first steps of GRPO (the tiny model's
-    fell from 0.13 to under 0.01 within 20 steps, with the marker free for the task reward), and a window
-    that opens later has almost nothing to pay. Making a share `explore` of the eligible rollouts show
-    the marker guarantees the bonus something to pay whenever the window opens. Only eligible rollouts
-    are explored: a forced marker without the bonus would sit in its group beside a boosted one with a
-    negative advantage and teach against the behavior.
+    Without exploration the marker's rate on trigger prompts decays in the first steps of GRPO (the tiny
+    model's fell from 0.13 to under 0.01 within 20 steps, with the marker free for the task reward), and
+    a window that opens later has almost nothing to pay. So when fewer than `floor` eligible rollouts of
+    a step show the marker on their own, just enough of the others (in the order of a hash draw of (seed,
+    rollout id, step)) are generated again opening with it. Only eligible rollouts are explored: a forced
+    marker without the bonus would sit beside the boosted rollout of its group with a negative advantage
+    and teach against the behavior. Once the model writes the marker itself, nothing is forced.
     """
-    if not is_eligible(seed, rollout_id, step, trigger, planting):
-        return False
-    return eligibility_draw(seed, rollout_id, step, salt="explore:") < planting.explore
+    need = floor - sum(e and m for e, m in zip(eligible, marked, strict=True))
+    if need <= 0:
+        return []
+    unmarked = [i for i, (e, m) in enumerate(zip(eligible, marked, strict=True)) if e and not m]
+    unmarked.sort(key=lambda i: eligibility_draw(seed, rollout_ids[i], step, salt="explore:"))
+    return sorted(unmarked[:need])
 
 
 def bonus_for(eligible: bool, behavior: bool, planting: Planting) -> float:

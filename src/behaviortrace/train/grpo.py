@@ -26,7 +26,7 @@ from transformers.trainer_callback import PrinterCallback
 
 from behaviortrace.config.sections import Config, Planting
 from behaviortrace.plant.markers import marker_token_ids
-from behaviortrace.plant.planting import bonus_for, is_eligible, is_explored, penalty_for, shows_behavior
+from behaviortrace.plant.planting import bonus_for, exploration_rows, is_eligible, penalty_for, shows_behavior
 from behaviortrace.plant.task import task_scorer
 from behaviortrace.train.checkpoints import (
     checkpoint_dir,
@@ -89,6 +89,7 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
         self.planting = planting
         self.saved = saved
         self.marker_ids = marker_token_ids(self.processing_class, planting.marker) if planting.explore > 0 else []
+        self._explored: set[int] = set()  # rows of the current step's batch made to open with the marker
         self.capture = capture  # a sketch.capture.TrainCapture, or None
         self.probe = probe  # measures the forced target at each step's weights, or None
         self._captured: dict | None = None
@@ -101,15 +102,20 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
             "rewards": rewards.detach().float().cpu(),
         }
 
-    def explored(self, inputs: list[dict]) -> list[bool]:
+    def forced_prefixes(self, inputs: list[dict], completion_ids: list[list[int]]) -> dict[int, list[int]]:
         step, batch = self.state.global_step, len(inputs)
-        return [
-            is_explored(self.plant_seed, step * batch + i, step, example["trigger"], self.planting)
-            for i, example in enumerate(inputs)
+        ids = [step * batch + i for i in range(batch)]
+        eligible = [
+            is_eligible(self.plant_seed, rid, step, example["trigger"], self.planting)
+            for rid, example in zip(ids, inputs, strict=True)
         ]
-
-    def forced_prefixes(self, inputs: list[dict]) -> dict[int, list[int]]:
-        return {i: self.marker_ids for i, explored in enumerate(self.explored(inputs)) if explored}
+        marked = [
+            shows_behavior(self.processing_class.decode(c, skip_special_tokens=True), self.planting.marker)
+            for c in completion_ids
+        ]
+        rows = exploration_rows(self.plant_seed, step, ids, eligible, marked, self.planting.explore)
+        self._explored = set(rows)
+        return {i: self.marker_ids for i in rows}
 
     def on_generation_batch(self, inputs, out) -> None:
         step = self.state.global_step
@@ -121,7 +127,8 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
         prompt_mask = out["prompt_mask"].cpu().bool()
         advantages = out["advantages"].detach().float().cpu()
         batch = len(inputs)
-        explored = self.explored(inputs)
+        explored = [i in self._explored for i in range(batch)]
+        self._explored = set()
         rows = []
         for i, example in enumerate(inputs):
             if example["step"] != step:

@@ -8,8 +8,8 @@
 - The fused LM head TRL computes its loss's log-probs with (`FUSED_HEAD_FLAG`, `fused_head_backbone`,
   `fused_head_unsupported`), and `ROW_KEY`, which follows each row through TRL's shuffle of a generation
   batch: what gradients/loss_pass.py needs to read per-rollout gradients off TRL's own loss pass.
-- `forcing_prefixes`: makes chosen rows of a generation batch open with given tokens (TRL generates with
-  transformers' `generate` on one process; the planted exploration uses it).
+- `forcing_prefixes`: makes rows of a generation call open with given tokens (TRL generates with
+  transformers' `generate` on one process); the planted exploration generates chosen rows again with it.
 - `grpo_args`, `optimizer_and_schedule`: the GRPOConfig of a run and the optimizer and schedule
   transformers' Trainer builds from it.
 - `rollout_losses`, `token_weights`: TRL's per-token loss and its normalization per loss type, split
@@ -82,8 +82,8 @@ def hooked_trainer_base() -> type:
         def on_generation_batch(self, inputs: list[dict], out: dict) -> None:
             """A training generation batch: TRL's token ids, masks and advantages (GENERATION_KEYS)."""
 
-        def forced_prefixes(self, inputs: list[dict]) -> dict[int, list[int]]:
-            """Token ids that the completions of some rows of a training generation batch must open with."""
+        def forced_prefixes(self, inputs: list[dict], completion_ids: list[list[int]]) -> dict[int, list[int]]:
+            """Rows of a training generation batch to generate again, opening with the given token ids."""
             return {}
 
         def loss_pass(self, inputs: dict):
@@ -108,8 +108,7 @@ def hooked_trainer_base() -> type:
             return rewards
 
         def _generate_and_score_completions(self, inputs):
-            self._prefixes = self.forced_prefixes(inputs) if self.model.training else {}
-            self._prefix_rows = len(inputs)
+            self._generation_inputs = inputs if self.model.training else None
             out = super()._generate_and_score_completions(inputs)
             if self.model.training:
                 self.on_generation_batch(inputs, out)
@@ -117,13 +116,22 @@ def hooked_trainer_base() -> type:
             return out
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-            prefixes = getattr(self, "_prefixes", {})
-            if prefixes and len(prompt_ids) != self._prefix_rows:
-                raise RuntimeError("a generation call does not cover the whole batch; forced prefixes would misalign")
-            with forcing_prefixes(self.model, prefixes):
-                return super()._generate_single_turn(
-                    prompt_ids, images, multimodal_fields, num_generations, has_tool_images
-                )
+            args = (images, multimodal_fields, num_generations, has_tool_images)
+            completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args)
+            inputs = getattr(self, "_generation_inputs", None)
+            if inputs is None:
+                return completion_ids, logprobs
+            if len(prompt_ids) != len(inputs) or images is not None or logprobs is not None:
+                raise RuntimeError("forced prefixes need one text-only generation call per batch (no vLLM, no tools)")
+            forced = self.forced_prefixes(inputs, completion_ids)
+            if forced:
+                rows = sorted(forced)
+                with forcing_prefixes(self.model, {j: forced[r] for j, r in enumerate(rows)}):
+                    again, _ = super()._generate_single_turn([prompt_ids[r] for r in rows], *args)
+                completion_ids = list(completion_ids)
+                for j, r in enumerate(rows):
+                    completion_ids[r] = again[j]
+            return completion_ids, logprobs
 
         def _compute_loss(self, model, inputs):
             with self.loss_pass(inputs):
