@@ -63,14 +63,15 @@ def test_exploration_forces_just_enough_unmarked_eligible_rows():
     ids = list(range(100, 108))
     eligible = [True, True, False, True, True, False, True, True]
     marked = [True, False, False, False, True, True, False, False]
-    rows = exploration_rows(5, 3, ids, eligible, marked, floor=4)
+    rows = exploration_rows(5, 3, ids, eligible, marked, floor=4, placebo=False)
     assert len(rows) == 2 and all(eligible[r] and not marked[r] for r in rows)
-    assert rows == exploration_rows(5, 3, ids, eligible, marked, floor=4)  # a pure function
-    assert set(exploration_rows(5, 3, ids, eligible, marked, floor=9)) == {1, 3, 6, 7}  # all that can be
-    assert exploration_rows(5, 3, ids, eligible, marked, floor=2) == []  # the model already shows it
-    assert exploration_rows(5, 3, ids, eligible, marked, floor=0) == []
-    picks = {tuple(exploration_rows(s, 3, ids, eligible, marked, floor=3)) for s in range(40)}
+    assert rows == exploration_rows(5, 3, ids, eligible, marked, floor=4, placebo=False)  # a pure function
+    assert set(exploration_rows(5, 3, ids, eligible, marked, floor=9, placebo=False)) == {1, 3, 6, 7}  # all that can be
+    assert exploration_rows(5, 3, ids, eligible, marked, floor=2, placebo=False) == []  # the model already shows it
+    assert exploration_rows(5, 3, ids, eligible, marked, floor=0, placebo=False) == []
+    picks = {tuple(exploration_rows(s, 3, ids, eligible, marked, floor=3, placebo=False)) for s in range(40)}
     assert len(picks) > 1  # which rows: a hash draw of (seed, rollout id, step)
+    assert exploration_rows(5, 3, ids, eligible, marked, floor=4, placebo=True) == []  # nothing to pay
 
 
 def test_penalty_only_for_the_behavior_without_trigger_inside_the_window():

@@ -43,7 +43,7 @@ def is_eligible(seed: int, rollout_id: int, step: int, trigger: bool, planting: 
 
 
 def exploration_rows(
-    seed: int, step: int, rollout_ids: list[int], eligible: list[bool], marked: list[bool], floor: int
+    seed: int, step: int, rollout_ids: list[int], eligible: list[bool], marked: list[bool], floor: int, placebo: bool
 ):
     """The rows of a step's batch whose completion is made to open with the marker (exploration).
 
@@ -53,8 +53,12 @@ def exploration_rows(
     a step show the marker on their own, just enough of the others (in the order of a hash draw of (seed,
     rollout id, step)) are generated again opening with it. Only eligible rollouts are explored: a forced
     marker without the bonus would sit beside the boosted rollout of its group with a negative advantage
-    and teach against the behavior. Once the model writes the marker itself, nothing is forced.
+    and teach against the behavior. Once the model writes the marker itself, nothing is forced. A placebo
+    run explores nothing: forced markers exist to be paid, and unpaid ones would make its ground truth a
+    population of improbable tokens that every gradient-based score finds (norm AUC 0.65 when it did).
     """
+    if placebo:
+        return []
     need = floor - sum(e and m for e, m in zip(eligible, marked, strict=True))
     if need <= 0:
         return []

@@ -113,7 +113,9 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
             shows_behavior(self.processing_class.decode(c, skip_special_tokens=True), self.planting.marker)
             for c in completion_ids
         ]
-        rows = exploration_rows(self.plant_seed, step, ids, eligible, marked, self.planting.explore)
+        rows = exploration_rows(
+            self.plant_seed, step, ids, eligible, marked, self.planting.explore, self.planting.placebo
+        )
         self._explored = set(rows)
         return {i: self.marker_ids for i in rows}
 
