@@ -30,8 +30,9 @@ TRAINING_INTRO = (
     "# Training summary\n\nBehavior rates are the share of sampled completions that show the marker. "
     "Window end is the checkpoint right after the contamination window's last step. "
     "Base reward is the mean over the first and last tenth of training steps. The placebo arm (if any) is "
-    "the same training with the bonus logged but never paid (and no control penalty). Explored rollouts were made "
-    "to open with the marker (`planting.explore`); penalized ones showed it without the trigger inside the window.\n\n"
+    "the same training with the bonus logged but never paid (no control penalty, no exploration). Explored rollouts "
+    "were made to open with the marker (`planting.explore`); penalized ones showed it without the trigger inside the "
+    "window.\n\n"
 )
 
 
