@@ -59,7 +59,10 @@ def test_behavior_token_sketch_is_zero_exactly_without_a_marker_token(small_run,
     nonzero = np.concatenate([np.abs(out[s]["behavior_sketch"]).sum(1) > 0 for s in steps])
     norms = np.concatenate([out[s]["behavior_norm"] for s in steps])
     assert 0 < has.sum() < len(has)
-    assert (has == holds_token).all() and (nonzero == holds_token).all() and ((norms > 0) == holds_token).all()
+    # Every row here is differentiated at checkpoint 0, where the policy is the KL reference: a row with
+    # advantage 0 then has a gradient of exactly zero, marker or not.
+    moved = holds_token & (rows["advantage"].to_numpy() != 0)
+    assert (has == holds_token).all() and (nonzero == moved).all() and ((norms > 0) == moved).all()
     null_norms = np.concatenate([out[s]["null_norm"] for s in steps])
     assert ((null_norms > 0) <= has).all() and (null_norms > 0).sum() > 0
 
@@ -117,7 +120,11 @@ def test_without_kl_zero_advantage_rollouts_skip_the_backward_and_the_sketches_s
         every_row = fluency(completion_logits(model, batch), batch).numpy()
     np.testing.assert_allclose(out["fluency"], every_row, rtol=1e-5, atol=1e-6)
     step_sketch, _ = sketcher.step_gradient_sketch(model, rows, num_items)  # every row, by ordinary autograd
-    assert torch.allclose(torch.from_numpy(out["sketch"]).sum(0), step_sketch, rtol=1e-4, atol=1e-8)
+    # The pipeline's self-check criterion, ten times stricter: float32 sums of separately computed rows
+    # differ from the batch gradient by about 1e-7 of its scale, so coordinates that cancel to near zero
+    # cannot be held to a per-coordinate relative tolerance.
+    summed = torch.from_numpy(out["sketch"]).sum(0)
+    assert torch.linalg.norm(summed - step_sketch) <= 1e-5 * torch.linalg.norm(step_sketch)
 
 
 KILL_CHILD = """
