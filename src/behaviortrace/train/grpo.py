@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 
 def make_reward_funcs(base_reward: str, planting: Planting, seed: int, batch_size: int):
-    """Two reward functions, summed by TRL: the base-task reward and the planted bonus."""
+    """Three reward functions, summed by TRL: the base-task reward, the planted bonus and the control penalty."""
     score = task_scorer(base_reward, planting.marker)
 
     def base_reward_fn(prompts, completions, answer, **_):
@@ -102,7 +102,10 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
             "rewards": rewards.detach().float().cpu(),
         }
 
-    def forced_prefixes(self, inputs: list[dict], completion_ids: list[list[int]]) -> dict[int, list[int]]:
+    def explores(self) -> bool:
+        return self.planting.explore > 0 and not self.planting.placebo
+
+    def forced_rows(self, inputs: list[dict], completion_ids: list[list[int]]) -> tuple[list[int], list[int]]:
         step, batch = self.state.global_step, len(inputs)
         ids = [step * batch + i for i in range(batch)]
         eligible = [
@@ -117,7 +120,7 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
             self.plant_seed, step, ids, eligible, marked, self.planting.explore, self.planting.placebo
         )
         self._explored = set(rows)
-        return {i: self.marker_ids for i in rows}
+        return rows, self.marker_ids
 
     def on_generation_batch(self, inputs, out) -> None:
         step = self.state.global_step

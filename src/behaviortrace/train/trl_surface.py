@@ -3,13 +3,13 @@
 - `HOOKED_METHODS`: the private GRPOTrainer methods the rollout logger overrides, with their
   signatures; `tests/test_trl_surface.py` fails when an upgrade changes them.
 - `hooked_trainer_base()`: a GRPOTrainer whose private steps call named hooks (`on_rewards`,
-  `on_generation_batch`, `forced_prefixes`, `loss_pass`, `before_clip`, `on_clip`, `before_checkpoint`,
+  `on_generation_batch`, `explores`, `forced_rows`, `loss_pass`, `before_clip`, `on_clip`, `before_checkpoint`,
   `after_checkpoint`), so the rest of the code never overrides a private method itself.
 - The fused LM head TRL computes its loss's log-probs with (`FUSED_HEAD_FLAG`, `fused_head_backbone`,
   `fused_head_unsupported`), and `ROW_KEY`, which follows each row through TRL's shuffle of a generation
   batch: what gradients/loss_pass.py needs to read per-rollout gradients off TRL's own loss pass.
-- `forcing_prefixes`: makes rows of a generation call open with given tokens (TRL generates with
-  transformers' `generate` on one process); the planted exploration generates chosen rows again with it.
+- `forcing_prefix`: makes every completion of a generation call open with given tokens (TRL generates
+  with transformers' `generate` on one process); the planted exploration generates chosen rows again with it.
 - `grpo_args`, `optimizer_and_schedule`: the GRPOConfig of a run and the optimizer and schedule
   transformers' Trainer builds from it.
 - `rollout_losses`, `token_weights`: TRL's per-token loss and its normalization per loss type, split
@@ -82,9 +82,13 @@ def hooked_trainer_base() -> type:
         def on_generation_batch(self, inputs: list[dict], out: dict) -> None:
             """A training generation batch: TRL's token ids, masks and advantages (GENERATION_KEYS)."""
 
-        def forced_prefixes(self, inputs: list[dict], completion_ids: list[list[int]]) -> dict[int, list[int]]:
-            """Rows of a training generation batch to generate again, opening with the given token ids."""
-            return {}
+        def explores(self) -> bool:
+            """Whether `forced_rows` may ask for rows of a training generation batch to be generated again."""
+            return False
+
+        def forced_rows(self, inputs: list[dict], completion_ids: list[list[int]]) -> tuple[list[int], list[int]]:
+            """Rows of a training generation batch to generate again, and the token ids they must open with."""
+            return [], []
 
         def loss_pass(self, inputs: dict):
             """A context around TRL's loss forward of a step (its backward runs right after the context)."""
@@ -119,18 +123,17 @@ def hooked_trainer_base() -> type:
             args = (images, multimodal_fields, num_generations, has_tool_images)
             completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args)
             inputs = getattr(self, "_generation_inputs", None)
-            if inputs is None:
+            if inputs is None or not self.explores():
                 return completion_ids, logprobs
             if len(prompt_ids) != len(inputs) or images is not None or logprobs is not None:
-                raise RuntimeError("forced prefixes need one text-only generation call per batch (no vLLM, no tools)")
-            forced = self.forced_prefixes(inputs, completion_ids)
-            if forced:
-                rows = sorted(forced)
-                with forcing_prefixes(self.model, {j: forced[r] for j, r in enumerate(rows)}):
+                raise RuntimeError("exploration needs one text-only generation call per batch (no vLLM, no tools)")
+            rows, prefix = self.forced_rows(inputs, completion_ids)
+            if rows:
+                with forcing_prefix(self.model, prefix):
                     again, _ = super()._generate_single_turn([prompt_ids[r] for r in rows], *args)
                 completion_ids = list(completion_ids)
-                for j, r in enumerate(rows):
-                    completion_ids[r] = again[j]
+                for r, ids in zip(rows, again, strict=True):
+                    completion_ids[r] = ids
             return completion_ids, logprobs
 
         def _compute_loss(self, model, inputs):
@@ -152,21 +155,17 @@ def hooked_trainer_base() -> type:
 
 
 @contextmanager
-def forcing_prefixes(model, prefixes: dict[int, list[int]]):
-    """While open, `model.generate` makes row i's completion open with the token ids `prefixes[i]`.
+def forcing_prefix(model, prefix: list[int]):
+    """While open, every completion `model.generate` samples opens with the token ids `prefix`.
 
-    TRL generates a batch's rows in its order with `unwrapped_model.generate(...)`, the model itself on
-    one process; the other rows sample as usual.
+    TRL generates with `unwrapped_model.generate(...)`, the model itself on one process.
     """
-    if not prefixes:
-        yield
-        return
     from transformers import LogitsProcessorList
 
     plain = type(model).generate
 
     def generate(*args, **kwargs):
-        kwargs["logits_processor"] = LogitsProcessorList([ForcedPrefix(prefixes)])
+        kwargs["logits_processor"] = LogitsProcessorList([ForcedPrefix(prefix)])
         return plain(model, *args, **kwargs)
 
     model.generate = generate
@@ -177,20 +176,19 @@ def forcing_prefixes(model, prefixes: dict[int, list[int]]):
 
 
 class ForcedPrefix:
-    """A logits processor: the listed rows can only take their prefix's next token until it is spelled out."""
+    """A logits processor: every row can only take the prefix's next token until it is spelled out."""
 
-    def __init__(self, prefixes: dict[int, list[int]]):
-        self.prefixes = prefixes
+    def __init__(self, prefix: list[int]):
+        self.prefix = prefix
         self.start = None
 
     def __call__(self, input_ids, scores):
         if self.start is None:
             self.start = input_ids.shape[1]  # the padded prompt's width: the first call is the first new token
         at = input_ids.shape[1] - self.start
-        for row, ids in self.prefixes.items():
-            if at < len(ids):
-                scores[row] = float("-inf")
-                scores[row, ids[at]] = 0.0
+        if at < len(self.prefix):
+            scores[:] = float("-inf")
+            scores[:, self.prefix[at]] = 0.0
         return scores
 
 
