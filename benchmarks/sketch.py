@@ -142,7 +142,8 @@ def sketcher_for(model, method: str, k: int) -> StepSketcher:
 
 def sketch_all(sketcher: StepSketcher, model, batch, positions=None):
     n = batch["advantages"].shape[0]
-    return sketcher.sketch_batch(model, batch, n, int(batch["completion_mask"].sum()), positions)
+    [(sketch, sq)], logits = sketcher.sketch_batch(model, batch, n, int(batch["completion_mask"].sum()), (positions,))
+    return sketch, sq, logits
 
 
 def speed(args) -> list[dict]:

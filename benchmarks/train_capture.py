@@ -37,8 +37,11 @@ from behaviortrace.train.stage import capture_factory  # noqa: E402
 
 def short_config(steps: int) -> dict:
     raw = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    # The default plant's window, scaled to the shortened schedule (the default config's own at full length),
+    # so that the share of steps with the marker in play matches the default run's.
+    full = raw["grpo"]["steps"]
+    raw["planting"]["window"] = [min(steps - 1, w * steps // full) for w in raw["planting"]["window"]]
     raw["grpo"].update(steps=steps, save_every=steps)
-    raw["planting"]["window"] = [0, steps // 2]
     return raw
 
 

@@ -76,27 +76,31 @@ def test_behavior_token_sketch_is_zero_exactly_without_a_marker_token(small_run,
         assert not (null * marker_pos).any() and not (null * (1 - batch["completion_mask"])).any()
         assert torch.equal(null, sketcher.null_positions(step_rows, marker_pos, batch["completion_mask"]))
 
-    # The behavior-token sketch of a marked rollout is the sketch of its own masked-loss gradient.
+    # The behavior-token and null sketches of a marked rollout (two backward passes over one forward) are the
+    # sketches of its own masked-loss gradients, each from a forward and backward of its own.
     step = next(s for s in steps if out[s]["has_marker"].any())
     i = int(np.flatnonzero(out[step]["has_marker"])[0])
     step_rows, batch = rows.filter(pl.col("step") == step), batches[step]
     positions = sketcher.positions(step_rows, batch["completion_ids"].shape[1])
+    null = sketcher.null_positions(step_rows, positions, batch["completion_mask"])
     row = {k: v[i : i + 1] for k, v in batch.items()}
-    model.zero_grad(set_to_none=True)
     ref_logps = completion_logps(ref, row, 1.0).detach()
-    rollout_losses(
-        completion_logps(model, row, 1.0),
-        row,
-        "dapo",
-        cfg["grpo"]["beta"],
-        10,
-        ref_logps,
-        num_items=int(batch["completion_mask"].sum()),
-        positions=positions[i : i + 1],
-        n_rows=step_rows.height,
-    ).sum().backward()
-    want, _ = smap.sketch_dense({n: p.grad for n, p in model.named_parameters()})
-    assert torch.allclose(torch.from_numpy(out[step]["behavior_sketch"][i]), want, rtol=1e-4, atol=1e-9)
+    for name, mask in (("behavior_sketch", positions), ("null_sketch", null)):
+        model.zero_grad(set_to_none=True)
+        rollout_losses(
+            completion_logps(model, row, 1.0),
+            row,
+            "dapo",
+            cfg["grpo"]["beta"],
+            10,
+            ref_logps,
+            num_items=int(batch["completion_mask"].sum()),
+            positions=mask[i : i + 1],
+            n_rows=step_rows.height,
+        ).sum().backward()
+        want, _ = smap.sketch_dense({n: p.grad for n, p in model.named_parameters()})
+        assert want.abs().sum() > 0, name
+        assert torch.allclose(torch.from_numpy(out[step][name][i]), want, rtol=1e-4, atol=1e-9), name
 
 
 def test_without_kl_zero_advantage_rollouts_skip_the_backward_and_the_sketches_still_add_up(small_run, cpu):

@@ -7,6 +7,9 @@ be materialized; a sketch map decides what to do with them. Embeddings are the s
 rows (the token ids). Every other trainable parameter (norm weights, biases) is small: its per-example
 gradient is computed exactly, with torch.func's vjp of the owning module vectorized over examples.
 
+Several backward passes over one forward (each with `retain_graph` but the last) yield one set of
+per-example gradients each: call `next_backward` between them and `finish_all` after.
+
 A capture-only pass freezes the parameters, so its backward propagates only to activations and skips the
 batch weight gradients that nobody reads. Capture can also watch an ordinary training pass without freezing
 anything (`freeze=False`): the hooks only read, and the backward fills `.grad` as it would without them.
@@ -98,10 +101,12 @@ class Capture:
         self._handles = []
         self._saved_flags: list[tuple[nn.Parameter, bool]] = []
         self._generic: list[tuple[nn.Module, dict[str, str], tuple, list]] = []
-        self.result: PerExampleGrads | None = None
+        self.result: PerExampleGrads | None = None  # what the current backward pass fills
+        self._earlier: list[PerExampleGrads] = []  # what earlier backward passes over the same forward filled
 
     def __enter__(self):
         self.result = PerExampleGrads(batch=0)
+        self._earlier = []
         self._generic = []
         for module in self.model.modules():
             own = {pn: self.names[id(p)] for pn, p in module.named_parameters(recurse=False) if id(p) in self.names}
@@ -190,12 +195,28 @@ class Capture:
             h.remove()
         self._handles = []
 
+    def next_backward(self) -> None:
+        """Keep what the last backward pass gave; the next one fills a new set of per-example gradients."""
+        self._earlier.append(self.result)
+        self.result = PerExampleGrads(batch=self.result.batch)
+
     def finish(self) -> PerExampleGrads:
-        """Per-example gradients of the generic modules' own parameters (call after backward)."""
+        """The per-example gradients of the one backward pass (call after it)."""
+        (result,) = self.finish_all()
+        return result
+
+    def finish_all(self) -> list[PerExampleGrads]:
+        """The per-example gradients of each backward pass, in order, the generic modules' own parameters
+        included (call after the last)."""
         self._remove_hooks()  # the vjp below calls the modules again
+        results = [*self._earlier, self.result]
         for module, own, args, holder in self._generic:
             if not holder:
                 continue  # the module's output did not reach the loss
+            if len(holder) != len(results):
+                raise RuntimeError(
+                    f"{type(module).__name__}: reached by {len(holder)} of {len(results)} backward passes"
+                )
             pnames = list(own)
             params = tuple(getattr(module, pn).detach() for pn in pnames)
 
@@ -208,8 +229,9 @@ class Capture:
                 _, pull = vjp(f, *params)
                 return pull(g.unsqueeze(0))
 
-            grads = vmap(one)(holder[0], *args)
-            for pn, g in zip(pnames, grads, strict=False):
-                self.result.add_dense(own[pn], g.float())
+            for result, output_grad in zip(results, holder, strict=True):
+                grads = vmap(one)(output_grad, *args)
+                for pn, g in zip(pnames, grads, strict=False):
+                    result.add_dense(own[pn], g.float())
         self._generic = []
-        return self.result
+        return results

@@ -38,6 +38,15 @@ def check_step_sum(sketches: np.ndarray, reference: torch.Tensor, against: str) 
     return rel
 
 
+def _mix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer: well-spread 64-bit hashes of 64-bit inputs, vectorized."""
+    with np.errstate(over="ignore"):
+        x = (x + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(0xFFFFFFFFFFFFFFFF)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
 class StepSketcher:
     """Holds what every step needs: the sketch map, the reference model for KL, the loss settings."""
 
@@ -57,7 +66,8 @@ class StepSketcher:
         if grpo.beta and ref_model is None:
             raise ValueError("grpo.beta > 0: the KL term needs the reference (base) model")
 
-    def _losses(self, model, batch: dict, n_rows: int, num_items: int, positions=None):
+    def _logps(self, model, batch: dict):
+        """Logits, token log-probs and the reference model's token log-probs (None without a KL term)."""
         logits = completion_logits(model, batch)
         logps = token_logps(logits, batch["completion_ids"], self.grpo.temperature)
         ref = None
@@ -66,7 +76,10 @@ class StepSketcher:
                 ref = token_logps(
                     completion_logits(self.ref_model, batch), batch["completion_ids"], self.grpo.temperature
                 )
-        losses = rollout_losses(
+        return logits, logps, ref
+
+    def _losses(self, logps, ref, batch: dict, n_rows: int, num_items: int, positions=None):
+        return rollout_losses(
             logps,
             batch,
             self.grpo.loss_type,
@@ -77,16 +90,20 @@ class StepSketcher:
             positions=positions,
             n_rows=n_rows,
         )
-        return losses, logits
 
-    def sketch_batch(self, model, batch: dict, n_rows: int, num_items: int, positions=None):
-        """Sketches [rows, k], squared norms [rows] and logits of a slice of a step (normalized as the whole step)."""
+    def sketch_batch(self, model, batch: dict, n_rows: int, num_items: int, masks=(None,)):
+        """Per mask, sketches [rows, k] and squared norms [rows] of a slice of a step (normalized as the whole
+        step), and the logits. A mask (0/1 per completion token) keeps the loss terms at its positions only;
+        None keeps all. One forward pass serves every mask: each gets a backward pass of its own."""
         with Capture(model) as cap:
-            losses, logits = self._losses(model, batch, n_rows, num_items, positions)
-            losses.sum().backward()
-            grads = cap.finish()
-        sketch, sq = self.smap.sketch_examples(grads)
-        return sketch, sq, logits
+            logits, logps, ref = self._logps(model, batch)
+            for i, positions in enumerate(masks):
+                if i:
+                    cap.next_backward()
+                losses = self._losses(logps, ref, batch, n_rows, num_items, positions)
+                losses.sum().backward(retain_graph=i < len(masks) - 1)
+            per_mask = cap.finish_all()
+        return [self.smap.sketch_examples(grads) for grads in per_mask], logits
 
     def positions(self, rows: pl.DataFrame, width: int) -> torch.Tensor:
         """0/1 mask of marker-token positions, [rows, width]."""
@@ -99,17 +116,16 @@ class StepSketcher:
     def null_positions(
         self, rows: pl.DataFrame, positions: torch.Tensor, completion_mask: torch.Tensor
     ) -> torch.Tensor:
-        """As many random non-marker completion positions as each row has marker positions."""
-        null = torch.zeros_like(positions)
-        ids = rows["rollout_id"].to_list()
-        for i, wanted in enumerate(positions.sum(1).long().tolist()):
-            if not wanted:
-                continue
-            free = torch.nonzero((completion_mask[i] > 0) & (positions[i] == 0)).flatten().tolist()
-            if free:
-                rng = np.random.default_rng([self.smap.seed, ids[i]])
-                null[i, rng.choice(free, size=min(wanted, len(free)), replace=False)] = 1.0
-        return null
+        """As many random non-marker completion positions as each row has marker positions: those with the
+        smallest random keys, each key a hash of (sketch seed, rollout id, position), so a rollout's null
+        positions do not depend on which rows share its batch."""
+        ids = rows["rollout_id"].to_numpy().astype(np.uint64)[:, None]
+        where = np.arange(positions.shape[1], dtype=np.uint64)[None, :]
+        keys = torch.from_numpy(_mix(_mix(np.uint64(self.smap.seed) ^ ids) ^ where).astype(np.float64))
+        free = (completion_mask > 0) & (positions == 0)
+        rank = keys.masked_fill(~free, float("inf")).argsort(1).argsort(1)  # 0 = the smallest key of the row
+        wanted = positions.sum(1, keepdim=True).long()
+        return ((rank < wanted) & free).to(positions.dtype)
 
     def sketch_step(self, model, rows: pl.DataFrame, num_items: int, recorded=None) -> dict[str, np.ndarray]:
         """Arrays for one step's rollouts, in rollout-id order.
@@ -142,7 +158,7 @@ class StepSketcher:
                 stop = min(n, start + self.chunk)
                 chunk = {key: value[start:stop] for key, value in full.items()}
                 self._full_shares(model, chunk, moved[start:stop], start, n, num_items, out)
-        # Each marked rollout enters its pass twice (marker positions, null positions): chunk // 2 per pass.
+        # A marked rollout's factors are kept twice (marker positions, null positions): chunk // 2 per pass.
         marked = torch.nonzero(has_marker & moved).flatten()
         per_pass = max(1, self.chunk // 2)
         for first in range(0, len(marked), per_pass):
@@ -163,28 +179,26 @@ class StepSketcher:
             return
         rows = (active + start).cpu()
         batch = {key: value[active] for key, value in chunk.items()}
-        sketch, sq, logits = self.sketch_batch(model, batch, n, num_items)
+        [(sketch, sq)], logits = self.sketch_batch(model, batch, n, num_items)
         out["sketch"][rows] = sketch.cpu()
         out["norm"][rows] = sq.double().sqrt().cpu()
         out["fluency"][rows] = fluency(logits, batch).cpu()
 
     def _behavior_shares(self, model, full: dict, positions, null, marked, n: int, num_items: int, out: dict) -> None:
-        """Marker-position and null-position shares of some marked rollouts, in one pass over both."""
-        sub = {k: torch.cat([v[marked], v[marked]]) for k, v in full.items()}
-        sub_pos = torch.cat([positions[marked], null[marked]])
-        sketches, sq, _ = self.sketch_batch(model, sub, n, num_items, sub_pos)
-        idx, m = marked.cpu(), len(marked)
-        out["behavior_sketch"][idx], out["null_sketch"][idx] = sketches[:m].cpu(), sketches[m:].cpu()
-        norms = sq.double().sqrt().cpu()
-        out["behavior_norm"][idx], out["null_norm"][idx] = norms[:m], norms[m:]
+        """Marker-position and null-position shares of some marked rollouts, from one forward pass."""
+        sub = {k: v[marked] for k, v in full.items()}
+        shares, _ = self.sketch_batch(model, sub, n, num_items, (positions[marked], null[marked]))
+        idx = marked.cpu()
+        for (sketch, sq), name in zip(shares, ("behavior", "null"), strict=True):
+            out[f"{name}_sketch"][idx], out[f"{name}_norm"][idx] = sketch.cpu(), sq.double().sqrt().cpu()
 
     def step_gradient_sketch(self, model, rows: pl.DataFrame, num_items: int) -> tuple[torch.Tensor, float]:
         """Sketch of the step's summed gradient by ordinary autograd: an independent check of the sum."""
         rows = rows.sort("rollout_id")
         batch = batch_to(step_batch(rows, self.tokenizer.pad_token_id), self.smap.device)
         model.zero_grad(set_to_none=True)
-        losses, _ = self._losses(model, batch, rows.height, num_items)
-        losses.sum().backward()
+        _, logps, ref = self._logps(model, batch)
+        self._losses(logps, ref, batch, rows.height, num_items).sum().backward()
         sketch = self.smap.sketch_dense(accumulated_grads(model))
         model.zero_grad(set_to_none=True)
         return sketch

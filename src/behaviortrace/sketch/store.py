@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,8 @@ STEP_ARRAYS = {
 }
 # Step facts that a captured store learns only when the step is trained (ShardWriter.write_step's `info`).
 STEP_FACTS = ("lr", "clip_coef", "grad_norm", "self_check_error")
+# Sketch-array writes a deferred store lets its background thread queue (three per step).
+_MAX_BACKGROUND_WRITES = 12
 
 
 class ShardWriter:
@@ -63,13 +66,16 @@ class ShardWriter:
         every step of the shard, with whichever of lr, clip_coef, grad_norm are known in advance (the
         others come with `write_step`).
 
-        `deferred`: a step's sketches go to disk at once, but its small per-row arrays, its step facts and
-        its done flag wait for `flush` (one write per array for many steps). Train-time capture flushes at
-        every checkpoint, the point a killed run resumes from and retrains (and recaptures) the steps after."""
+        `deferred`: a step's sketches are compressed and written by a background thread while training goes
+        on, and its small per-row arrays, its step facts and its done flag wait for `flush` (one write per
+        array for many steps), which first waits for those sketches. Train-time capture flushes at every
+        checkpoint, the point a killed run resumes from and retrains (and recaptures) the steps after."""
         self.final = Path(final)
         self.partial = self.final.with_name(self.final.name + ".partial")
         self.steps = steps["step"].to_list()
         self.deferred = deferred
+        self._background = ThreadPoolExecutor(max_workers=1) if deferred else None
+        self._writes: list[Future] = []
         starts = rows.with_row_index().group_by("step").agg(pl.col("index").min())
         self.row_start = dict(zip(starts["step"].to_list(), starts["index"].to_list(), strict=False))
         self.ids = {name: rows[name].to_numpy() for name in FIXED_ROW_ARRAYS}
@@ -125,7 +131,7 @@ class ShardWriter:
                     raise ValueError(f"step {step}: {name} of the rows differs from the store's {self.final}")
             elif ROW_ARRAYS[name][1] == "k":
                 if not (self.fresh and not values.any()):
-                    self.arrays[name][start:stop] = values
+                    self._write_rows(name, start, stop, values)
             else:
                 small[name] = values
         index = self.steps.index(step)
@@ -139,9 +145,24 @@ class ShardWriter:
         if not self.deferred:
             self.flush()
 
+    def _write_rows(self, name: str, start: int, stop: int, values: np.ndarray) -> None:
+        if self._background is None:
+            self.arrays[name][start:stop] = values
+            return
+        if len(self._writes) >= _MAX_BACKGROUND_WRITES:  # a slow disk holds training back, not memory
+            self._writes.pop(0).result()
+        self._writes.append(self._background.submit(self.arrays[name].__setitem__, slice(start, stop), values))
+
+    def _wait_for_writes(self) -> None:
+        """Block until the background writes are on disk; re-raises the first that failed."""
+        writes, self._writes = self._writes, []
+        for write in writes:
+            write.result()
+
     def flush(self) -> None:
         """Write the waiting small rows, then the step facts and done flags (a step counts as done on disk
         only after all its rows are there)."""
+        self._wait_for_writes()
         pending = sorted(self._pending, key=lambda item: item[0])
         self._pending = []
         sizes = [len(small["norm"]) for _, small in pending]
@@ -171,8 +192,16 @@ class ShardWriter:
         if worst is not None:
             self.group.attrs["self_check_error"] = worst
         self.group.attrs["complete"] = True
+        self.close()
         replace_dir(self.partial, self.final)
         return worst
+
+    def close(self) -> None:
+        """Wait for the background writes and stop their thread (a store given up on calls this too)."""
+        if self._background is not None:
+            self._wait_for_writes()
+            self._background.shutdown()
+            self._background = None
 
 
 def open_store(path: Path) -> zarr.Group:
