@@ -1,14 +1,15 @@
 """What train-time capture (sketch.mode: train) costs: the tiny model's GRPO training with capture, as a ratio
 against the same training without it, measured in the same run.
 
-The default config's shapes (256 rollouts per step, k = 4096), shortened to a few steps; the base model is
-built once (the default config's pretraining) and every variant trains from it with the same seed, so the
-variants differ only in the capture. Each variant runs in-process, one after another, one thread. The
+The default config's shapes (256 rollouts per step, k = 4096) over its whole schedule unless `--steps`
+shortens it (the plant's window scaled along). The base model is built once (the default config's
+pretraining) and every variant trains from it with the same seed, so the variants differ only in the
+capture. Each variant runs in-process, one after another, one thread. The
 variants take turns for `--repeats` rounds and each ratio is of medians, so that a stretch of a slower
 machine (a shared virtual machine drifts by 20% or more over minutes) does not land on one variant alone.
 
-    python benchmarks/train_capture.py                 # 20 steps, 3 rounds; about 3 minutes on 2 cores
-    python benchmarks/train_capture.py --steps 10 --repeats 1
+    python benchmarks/train_capture.py                     # 200 steps, 3 rounds; about 11 minutes on 2 cores
+    python benchmarks/train_capture.py --steps 20          # about 2 minutes; per-run costs weigh more
 """
 
 from __future__ import annotations
@@ -57,12 +58,12 @@ def train_once(raw: dict, base: Path, prompts, out: Path, device: dict, capture:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the config's grpo.steps)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
     device = resolve(Compute(device="cpu", dtype="float32"))
-    raw = short_config(args.steps)
+    raw = short_config(args.steps or yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["grpo"]["steps"])
     cfg = Config.from_dict(raw)
     variants = {"training without capture": (raw, False)}
     for method in ("countsketch", "factored"):
@@ -79,7 +80,7 @@ def main() -> None:
             for i, (name, (variant, capture)) in enumerate(variants.items()):
                 out = tmp / f"round{round_}-{i}"
                 times[name].append(train_once(variant, tmp / "base", prompts, out, device, capture=capture))
-    print(f"{args.steps} steps of {cfg.grpo.batch_size} rollouts, k = {cfg.sketch.k}, {args.repeats} rounds")
+    print(f"{cfg.grpo.steps} steps of {cfg.grpo.batch_size} rollouts, k = {cfg.sketch.k}, {args.repeats} rounds")
     base_wall, base_cpu = (statistics.median(t[i] for t in times["training without capture"]) for i in (0, 1))
     for name, took in times.items():
         wall, cpu = (statistics.median(t[i] for t in took) for i in (0, 1))
