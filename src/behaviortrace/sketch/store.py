@@ -197,7 +197,7 @@ class ShardWriter:
         return worst
 
     def close(self) -> None:
-        """Wait for the background writes and stop their thread (a store given up on calls this too)."""
+        """Wait for the background writes and stop their thread (`finish` does; nothing is written after)."""
         if self._background is not None:
             self._wait_for_writes()
             self._background.shutdown()
