@@ -121,7 +121,7 @@ def test_paper_dag_lists_every_job_without_loading_a_model():
         ("training_summary", 1),
         ("targets", 8),
         ("headroom", 1),
-        ("score", 104),
+        ("score", 108),
         ("evaluate", 8),
         ("aggregate", 1),
         ("figures", 1),

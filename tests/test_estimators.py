@@ -151,6 +151,8 @@ def synthetic(n_groups=300, size=8, seed=0):
             "group_id": np.repeat(np.arange(n_groups) % 4, size),
             "boosted": boosted,
             "advantage": rng.normal(size=n),
+            "behavior": boosted | (rng.random(n) < 0.3),
+            "trigger": np.repeat(np.arange(n_groups) % 2 == 0, size) | boosted,
         }
     )
     fluency = rng.normal(size=n) + 0.5 * boosted

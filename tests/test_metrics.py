@@ -127,13 +127,13 @@ def test_residualizing_removes_a_pure_fluency_signal():
     fluency = rng.normal(0, 1, 400) + labels  # GT rollouts are more fluent
     conc, total, _ = M.pair_counts(fluency, labels, groups)
     raw = M.within_group_auc(conc, total, np.ones((1, 50)))[0]
-    resid = M.residualize_on_fluency(fluency, fluency, groups)
+    resid = M.residualize(fluency, fluency, groups)
     conc, total, _ = M.pair_counts(np.round(resid, 9), labels, groups)
     assert raw > 0.7
     assert M.within_group_auc(conc, total, np.ones((1, 50)))[0] == pytest.approx(0.5)
     # A real signal beyond fluency survives.
     score = fluency + 2 * labels
-    resid = M.residualize_on_fluency(score, fluency, groups)
+    resid = M.residualize(score, fluency, groups)
     conc, total, _ = M.pair_counts(resid, labels, groups)
     assert M.within_group_auc(conc, total, np.ones((1, 50)))[0] > 0.85
 

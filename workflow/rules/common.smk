@@ -38,6 +38,7 @@ FIGURE_NAMES = [
     "behavior_rates",
     "lift",
     "within_group_auc",
+    "matched_metrics",
     "token_alignment",
     "replay",
     "effect_tracking",
@@ -75,6 +76,9 @@ TARGET_STORE = f"{SEED_DIR}/targets/draw{{draw}}.zarr"
 TARGET_RATES = f"{SEED_DIR}/targets/draw{{draw}}_rates.parquet"
 SCORES = f"{SEED_DIR}/scores/{{estimator}}/draw{{draw}}_{{target}}.parquet"
 STEP_SCORES = f"{SEED_DIR}/scores/{{estimator}}/draw{{draw}}_{{target}}_steps.parquet"
+# Controls without a target do not depend on the generation draw: they are scored once, as draw 0, and every
+# draw reads that file.
+UNDRAWN = 0
 # What an estimator with a `prepare` function computes once per seed for all its score jobs.
 PREPARED = f"{SEED_DIR}/scores/{{estimator}}/prepared.npz"
 METRICS = f"{SEED_DIR}/metrics/draw{{draw}}.parquet"
@@ -123,10 +127,17 @@ def prepared_input(wildcards):
     return PREPARED.format(**wildcards) if _estimators.prepares(wildcards.estimator) else []
 
 
+def score_path(pattern, arm, seed, estimator, target, draw):
+    """A score file of one estimator: `pattern` (SCORES or STEP_SCORES); controls without a target have one
+    file for every draw (UNDRAWN)."""
+    draw = UNDRAWN if target == "none" else draw
+    return pattern.format(arm=arm, seed=seed, estimator=estimator, target=target, draw=draw)
+
+
 def score_files(wildcards):
     """Rollout and step scores of every (estimator, target) of one arm, seed and draw, in SCORE_KEYS order."""
     return [
-        pattern.format(arm=wildcards.arm, seed=wildcards.seed, draw=wildcards.draw, estimator=e, target=t)
+        score_path(pattern, wildcards.arm, wildcards.seed, e, t, wildcards.draw)
         for e, t in SCORE_KEYS
         for pattern in (SCORES, STEP_SCORES)
     ]
@@ -146,9 +157,7 @@ def replay_scores(wildcards):
     if wildcards.method in BUILTIN_REPLAYS:
         return []
     target = CFG.replay.target if _estimators.uses_target(wildcards.method) else "none"
-    return SCORES.format(
-        arm="seed", seed=wildcards.seed, estimator=wildcards.method, draw=CFG.replay.draw, target=target
-    )
+    return score_path(SCORES, "seed", wildcards.seed, wildcards.method, target, CFG.replay.draw)
 
 
 # Who writes the sketch stores: the training job itself with sketch.mode: train (it captures each step
@@ -182,7 +191,8 @@ def feeds_replay(wildcards):
     if "target" not in wildcards.keys():  # prepare
         return REPLAY_PRIORITY
     wanted = CFG.replay.target if _estimators.uses_target(method) else "none"
-    return REPLAY_PRIORITY if (wildcards.target, int(wildcards.draw)) == (wanted, CFG.replay.draw) else 0
+    draw = CFG.replay.draw if _estimators.uses_target(method) else UNDRAWN
+    return REPLAY_PRIORITY if (wildcards.target, int(wildcards.draw)) == (wanted, draw) else 0
 
 
 REPLAY_FILES = [REPLAY.format(seed=s, method=m, pct=p, rep=r) for s in SEEDS for m, p, r in replay_runs()]
@@ -192,7 +202,7 @@ METRIC_FILES = [
     (ARM_NAMES[arm], METRICS.format(arm=arm, seed=seed, draw=draw)) for arm, seed in ARM_SEEDS for draw in DRAWS
 ]
 SCORE_FILES = {
-    (s, e, t, d): SCORES.format(arm="seed", seed=s, estimator=e, target=t, draw=d)
+    (s, e, t, d): score_path(SCORES, "seed", s, e, t, d)
     for s in SEEDS
     for e, t in SCORE_KEYS
     for d in DRAWS
@@ -200,7 +210,7 @@ SCORE_FILES = {
 # Step scores beside the measured effect, for the effect_steps job. Draw 0, the checklist's effect target and the
 # controls, planted seeds, keyed by (seed, estimator, target).
 EFFECT_STEP_SCORES = {
-    (s, e, t): STEP_SCORES.format(arm="seed", seed=s, estimator=e, target=t, draw=0)
+    (s, e, t): score_path(STEP_SCORES, "seed", s, e, t, 0)
     for s in SEEDS
     for e, t in SCORE_KEYS
     if t in (CFG.checklist.effect_target, "none")

@@ -34,6 +34,8 @@ rule aggregate:
         seed_stability=f"{TABLES}/seed_stability.parquet",
         stability_md=f"{TABLES}/stability.md",
         stability_html=report(f"{TABLES}/stability.html", caption="../report/stability.rst", category="3. Tables"),
+        controls_md=f"{TABLES}/controls.md",
+        controls_html=report(f"{TABLES}/controls.html", caption="../report/controls.rst", category="3. Tables"),
         checklist=f"{OUT}/checklist.md",
         checklist_json=f"{OUT}/checklist.json",
         checklist_html=report(f"{OUT}/checklist.html", caption="../report/checklist.rst", category="1. Checklist"),

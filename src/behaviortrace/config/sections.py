@@ -174,6 +174,8 @@ class Evaluation:
     seed: int
     fluency_match: float
     min_matched_pairs: int
+    advantage_match: float
+    permutations: int
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,8 @@ class Checklist:
     effect_target: str
     effect_metric: str
     min_effect_correlation: float
+    alpha: float
+    placebo_stratum: str
 
 
 class NotGiven:

@@ -59,17 +59,61 @@ def bootstrap_weights(clusters: np.ndarray, n_boot: int, seed: int) -> tuple[M.W
 
 
 class Cell:
-    """One stratum of one seed and draw: its rows, labels, groups and bootstrap weights."""
+    """One stratum of one seed and draw: its rows, labels, groups and bootstrap weights.
 
-    def __init__(self, rollouts: pl.DataFrame, fluency: np.ndarray, mask: np.ndarray, n_boot: int, seed: int):
-        self.mask, self.seed = mask, seed
+    `advantage_match` is the largest advantage difference of a pair in the advantage-matched AUC.
+    """
+
+    def __init__(
+        self,
+        rollouts: pl.DataFrame,
+        fluency: np.ndarray,
+        mask: np.ndarray,
+        n_boot: int,
+        seed: int,
+        advantage_match: float = 0.0,
+        permutations: int = 1000,
+    ):
+        self.mask, self.seed, self.advantage_match, self.permutations = mask, seed, advantage_match, permutations
         sub = rollouts.filter(pl.Series(mask))
         self.labels = sub["label"].to_numpy().astype(np.float64)
         self.steps = sub["step"].to_numpy()
         self.groups = self.steps * 1_000_000 + sub["group_id"].to_numpy()
         self.fluency = fluency[mask]
+        self.advantage = sub["advantage"].to_numpy().astype(np.float64)
+        # The rollouts the plant can pay: they show the behavior and their prompt has the trigger.
+        self.payable = (sub["behavior"] & sub["trigger"]).to_numpy()
         self.zero_advantage = int((sub["label"] & (sub["advantage"] == 0)).sum())
         self.weights, self.group_w = bootstrap_weights(self.groups, n_boot, seed) if mask.any() else (None, None)
+
+    def rows(self, keep: np.ndarray) -> Cell:
+        """The cell's rows where `keep`, with the same bootstrap replicates (each row keeps its group's weight)."""
+        sub = Cell.__new__(Cell)
+        sub.mask = None  # rows of the parent cell, not of the seed: `keep` says which
+        sub.keep, sub.seed, sub.advantage_match = keep, cell_seed(self.seed, "rows"), self.advantage_match
+        sub.permutations = self.permutations
+        for name in ("labels", "steps", "groups", "fluency", "advantage", "payable"):
+            setattr(sub, name, getattr(self, name)[keep])
+        sub.zero_advantage = int(((sub.labels != 0) & (sub.advantage == 0)).sum())
+        sub.weights, sub.group_w = self.weights.take(keep), None
+        return sub
+
+    @cached_property
+    def behavior_matched(self) -> Cell | None:
+        """The payable rollouts (behavior shown, trigger present), where GT and non-GT differ by eligibility
+        alone: a control that reads the behavior ties them all. None without both GT and non-GT among them."""
+        sub = self.rows(self.payable)
+        return sub if 0 < sub.n_gt < sub.n else None
+
+    @cached_property
+    def advantage_pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """GT-vs-other pairs of one step whose advantages differ by at most `advantage_match`."""
+        return M.matched_pairs(self.labels, self.steps, self.advantage, self.advantage_match)
+
+    @cached_property
+    def step_weights(self) -> np.ndarray:
+        """Bootstrap weights of whole steps [1 + B, steps], for pairs that cross prompt groups inside a step."""
+        return bootstrap_weights(self.steps, self.weights.replicates - 1, cell_seed(self.seed, "steps"))[1]
 
     @cached_property
     def chance(self) -> np.ndarray:
@@ -81,17 +125,33 @@ class Cell:
         return M.ceiling(self.steps, self.labels, self.weights)
 
     @cached_property
-    def step_chance_band(self) -> np.ndarray:
-        """Step-level lift of random step orderings (the permutation null), [1 + n_boot]: what a target-free
+    def step_null(self) -> np.ndarray:
+        """Step-level lift of `permutations` random step orderings (the permutation null): what a target-free
         random ranking of steps reaches. It depends on no estimator, so it is computed once per cell."""
         steps, block = np.unique(self.steps, return_inverse=True)
         pos = np.bincount(block, weights=self.labels, minlength=len(steps))
         cnt = np.bincount(block, minlength=len(steps)).astype(float)
         rng = np.random.default_rng(self.seed)
-        orders = [np.arange(len(steps))] + [rng.permutation(len(steps)) for _ in range(self.weights.replicates - 1)]
-        lifts = M.fill_blocks(pos[orders], cnt[orders]) / (pos.sum() / cnt.sum())
-        lifts[0] = lifts[1:].mean()  # the point value: the null's mean (1 in expectation)
-        return lifts
+        orders = np.stack([rng.permutation(len(steps)) for _ in range(self.permutations)])
+        return M.fill_blocks(pos[orders], cnt[orders]) / (pos.sum() / cnt.sum())
+
+    @property
+    def step_chance_band(self) -> np.ndarray:
+        """The null's mean (1 in expectation) as the point value, then the null itself (its 95% range)."""
+        return np.r_[self.step_null.mean(), self.step_null]
+
+    def step_p_value(self, lift: float, side: str) -> float:
+        """Permutation p-value of a step-level lift: two-sided (as far from the null's mean, either way) or
+        greater (at least as high). Counting the observed ordering as one of the null's keeps it exact."""
+        null = self.step_null
+        if not np.isfinite(lift):
+            return float("nan")
+        if side == "greater":
+            extreme = null >= lift - 1e-12
+        else:
+            centre = null.mean()
+            extreme = np.abs(null - centre) >= abs(lift - centre) - 1e-12
+        return float((1 + extreme.sum()) / (1 + len(null)))
 
     @cached_property
     def rollout_ceiling(self) -> np.ndarray:
@@ -110,7 +170,7 @@ class Cell:
 
     @property
     def n(self) -> int:
-        return int(self.mask.sum())
+        return len(self.labels)
 
     @property
     def n_gt(self) -> int:
@@ -147,9 +207,13 @@ def rollout_metrics(cell: Cell, scores: np.ndarray, fluency_match: float, min_ma
     ranking = M.ranking_metrics(scores, cell.labels, cell.weights)
     out = {"auroc": (ranking["auroc"], cell.n), "average_precision": (ranking["average_precision"], cell.n)}
     out.update(precision_metrics(cell, ranking["precision_at_gt"], cell.rollout_ceiling))
+    # Against a random ordering of the rows: what the random control must be consistent with.
+    auroc_p = M.auroc_p_value(ranking["auroc"][0], scores, cell.labels)
+    lift_p = M.precision_p_value(ranking["precision_at_gt"][0], cell.n, cell.n_gt)
+    out["auroc_p"], out["lift_p"] = (np.array([auroc_p]), cell.n), (np.array([lift_p]), cell.n)
     conc, total, _ = M.pair_counts(scores, cell.labels, cell.groups)
     out["within_group_auc"] = (M.within_group_auc(conc, total, cell.group_w), int(total.sum()))
-    resid = M.residualize_on_fluency(scores, cell.fluency, cell.groups)
+    resid = M.residualize(scores, cell.fluency, cell.groups)
     conc, total, _ = M.pair_counts(resid, cell.labels, cell.groups)
     out["within_group_auc_fluency_resid"] = (M.within_group_auc(conc, total, cell.group_w), int(total.sum()))
     conc, total, _ = M.pair_counts(scores, cell.labels, cell.groups, cell.fluency, fluency_match)
@@ -157,6 +221,36 @@ def rollout_metrics(cell: Cell, scores: np.ndarray, fluency_match: float, min_ma
     out["matched_pair_auc"] = (M.within_group_auc(conc, total, cell.group_w), pairs)
     # 1 when there are too few matched pairs for the matched-pair AUC to mean much.
     out["matched_pair_underpowered"] = (np.full(len(cell.group_w), float(pairs < min_matched_pairs)), pairs)
+    # Metrics the log-only controls cannot win by construction. Advantage-matched: GT against rollouts of its
+    # step with about its advantage, the scores less their within-step linear trend in the advantage (the
+    # advantage control leaves exactly nothing). Behavior-matched: the payable rollouts alone.
+    pairs = cell.advantage_pairs
+    adjusted = M.residualize(scores, cell.advantage, cell.steps)
+    out["advantage_matched_auc"] = (M.pair_auc(adjusted, pairs, cell.step_weights), len(pairs[0]))
+    matched = cell.behavior_matched
+    if matched is not None:
+        auc = M.auroc(scores[matched.keep], matched.labels, matched.weights)
+        out["behavior_matched_auc"] = (auc, matched.n)
+        p = M.auroc_p_value(auc[0], scores[matched.keep], matched.labels, "greater")
+        out["behavior_matched_auc_p"] = (np.array([p]), matched.n)
+    return out
+
+
+def step_level_metrics(cell: Cell, step: pl.DataFrame, column: str) -> dict:
+    """Precision at |GT|, lift and the permutation band when each row takes its step's `column` score, and the
+    lift among the payable rollouts alone (where the step's share of GT is its share of eligible rollouts)."""
+    precision = M.precision_at_gt(cell.per_row(step, column), cell.labels, cell.weights)
+    out = precision_metrics(cell, precision, cell.step_ceiling)
+    out["lift_chance_band"] = (cell.step_chance_band, cell.n)
+    out["lift_p"] = (np.array([cell.step_p_value(out["lift"][0][0], "two-sided")]), cell.n)
+    matched = cell.behavior_matched
+    if matched is not None:
+        precision = M.precision_at_gt(matched.per_row(step, column), matched.labels, matched.weights)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            lift = precision / matched.chance
+        out["behavior_matched_lift"] = (lift, matched.n)
+        out["behavior_matched_lift_chance_band"] = (matched.step_chance_band, matched.n)
+        out["behavior_matched_lift_p"] = (np.array([matched.step_p_value(lift[0], "greater")]), matched.n)
     return out
 
 
@@ -181,6 +275,9 @@ def evaluate(
     eval_seed: int,
     fluency_match: float,
     min_matched_pairs: int = 100,
+    advantage_match: float = 0.0,
+    permutations: int = 1000,
+    strata: tuple[str, ...] = STRATA,
     token: dict | None = None,
     changes: pl.DataFrame | None = None,
     predicts_change: frozenset = frozenset(),
@@ -191,11 +288,14 @@ def evaluate(
     `token`: behavior-token inputs (see token_metrics), or None to skip the token level. The ground truth
     is the `label` column (see with_ground_truth), else the boosted rollouts. `changes`: each step's measured
     change of the forced target (evaluate/effect.py), for the effect level, where `predicts_change` names the
-    estimators whose step scores predict it in its units.
+    estimators whose step scores predict it in its units. `advantage_match`: the advantage-matched AUC's largest
+    advantage difference of a pair; `permutations`: random step orderings behind the step-level null; `strata`:
+    which of STRATA to evaluate (all of them in the workflow).
     """
     if "label" not in rollouts.columns:
         rollouts = with_ground_truth(rollouts)
     masks = strata_masks(rollouts, window, probe_rate, saturation)
+    masks = {name: mask for name, mask in masks.items() if name in strata}
     rows: list[dict] = []
     started = time.time()
     for done, (stratum, mask) in enumerate(masks.items()):
@@ -208,7 +308,8 @@ def evaluate(
             len(scores),
             time.time() - started,
         )
-        cell = Cell(rollouts, fluency, mask, n_boot, cell_seed(eval_seed, run, seed, draw, stratum))
+        seed_of_cell = cell_seed(eval_seed, run, seed, draw, stratum)
+        cell = Cell(rollouts, fluency, mask, n_boot, seed_of_cell, advantage_match, permutations)
         base = {"run": run, "seed": seed, "draw": draw, "stratum": stratum}
         rows.append(
             {
@@ -233,17 +334,9 @@ def evaluate(
             rows += _rows(
                 {**key, "level": "rollout"}, rollout_metrics(cell, roll_scores, fluency_match, min_matched_pairs)
             )
-            step_scores = cell.per_row(step, "score")
-            step_precision = M.precision_at_gt(step_scores, cell.labels, cell.weights)
-            step_metrics = precision_metrics(cell, step_precision, cell.step_ceiling)
-            step_metrics["lift_chance_band"] = (cell.step_chance_band, cell.n)
-            rows += _rows({**key, "level": "step"}, step_metrics)
-            summed = dict(zip(step["step"].to_list(), step["score_summed"].to_list(), strict=False))
-            if not np.isnan(list(summed.values())).all():
-                summed_precision = M.precision_at_gt(cell.per_row(step, "score_summed"), cell.labels, cell.weights)
-                summed_metrics = precision_metrics(cell, summed_precision, cell.step_ceiling)
-                summed_metrics["lift_chance_band"] = (cell.step_chance_band, cell.n)
-                rows += _rows({**key, "level": "step_summed"}, summed_metrics)
+            rows += _rows({**key, "level": "step"}, step_level_metrics(cell, step, "score"))
+            if not step["score_summed"].is_nan().all():
+                rows += _rows({**key, "level": "step_summed"}, step_level_metrics(cell, step, "score_summed"))
         if token is not None:
             rows += token_metrics(cell, base, token)
     return (

@@ -9,6 +9,8 @@ over the random orders of tied rows; average precision takes a block of tied row
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -203,21 +205,103 @@ def pair_counts(scores, labels, groups, fluency=None, max_gap: float = np.inf):
     return conc, total, ids
 
 
+def matched_pairs(labels, blocks, covariate, max_gap: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GT-vs-other pairs inside one block (a step) whose covariate differs by at most `max_gap`, across the
+    block's prompt groups: (GT row, other row, block index) per pair, blocks numbered as np.unique(blocks).
+
+    Matching alone does not put a score that is the covariate at chance: inside any window the GT rows can sit
+    systematically higher (GRPO's advantages of a paid rollout carry the bonus's spread into their last digits).
+    Compare residualized scores on these pairs (`residualize`) for a metric the covariate cannot win."""
+    _, inverse = np.unique(blocks, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(inverse.max(initial=-1) + 2))
+    gt = labels != 0
+    found = []
+    for block in range(len(bounds) - 1):
+        rows = order[bounds[block] : bounds[block + 1]]
+        pos, neg = rows[gt[rows]], rows[~gt[rows]]
+        close = np.abs(covariate[pos][:, None] - covariate[neg][None, :]) <= max_gap
+        i, j = np.nonzero(close)
+        found.append((pos[i], neg[j], np.full(len(i), block)))
+    if not found:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return tuple(np.concatenate(parts) for parts in zip(*found, strict=True))
+
+
+def pair_auc(scores, pairs: tuple[np.ndarray, np.ndarray, np.ndarray], block_weights: np.ndarray) -> np.ndarray:
+    """AUC over given GT-vs-other pairs (ties count one half), each block's pairs weighted by its bootstrap
+    weight [B, blocks]."""
+    gt_row, other_row, block = pairs
+    s_gt, s_other = scores[gt_row], scores[other_row]
+    conc = (s_gt > s_other) + 0.5 * (s_gt == s_other)
+    n_blocks = block_weights.shape[1]
+    per_block = np.bincount(block, weights=conc, minlength=n_blocks)
+    total = np.bincount(block, minlength=n_blocks).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (block_weights @ per_block) / (block_weights @ total)
+
+
 def within_group_auc(conc: np.ndarray, total: np.ndarray, group_weights: np.ndarray) -> np.ndarray:
     """AUC over pairs inside the same group, from per-group counts and per-group weights [B, groups]."""
     with np.errstate(invalid="ignore", divide="ignore"):
         return (group_weights * conc).sum(1) / (group_weights * total).sum(1)
 
 
-def residualize_on_fluency(scores, fluency, groups) -> np.ndarray:
-    """Scores minus their within-group linear dependence on fluency (one slope, group fixed effects)."""
+def residualize(scores, covariate, groups) -> np.ndarray:
+    """Scores minus their within-group linear dependence on a covariate (one slope, group fixed effects). A
+    score that is the covariate itself leaves exactly zero."""
     _, inverse = np.unique(groups, return_inverse=True)
     counts = np.bincount(inverse)
 
     def demean(x):
         return x - (np.bincount(inverse, weights=x) / counts)[inverse]
 
-    s, f = demean(scores.astype(float)), demean(fluency.astype(float))
+    s, f = demean(scores.astype(float)), demean(covariate.astype(float))
     denom = (f * f).sum()
     slope = (s * f).sum() / denom if denom > 0 else 0.0
     return s - slope * f
+
+
+# P-values against a random ordering of the rows (the permutation null: scores independent of the labels). They
+# need no bootstrap, so they hold for a handful of GT rows too, where a bootstrap interval collapses.
+
+
+def _tail(z: float, side: str) -> float:
+    """Normal tail: P(Z >= z) for side "greater", else two-sided."""
+    if side == "greater":
+        return 0.5 * math.erfc(z / math.sqrt(2))
+    return math.erfc(abs(z) / math.sqrt(2))
+
+
+def auroc_p_value(auc: float, scores, labels, side: str = "two-sided") -> float:
+    """Mann-Whitney test of an AUROC against 0.5 (normal approximation, ties corrected)."""
+    labels = np.asarray(labels) != 0
+    n1, n0 = int(labels.sum()), int((~labels).sum())
+    n = n1 + n0
+    if not n1 or not n0 or not np.isfinite(auc):
+        return float("nan")
+    _, ties = np.unique(scores, return_counts=True)
+    var_u = n1 * n0 / 12 * ((n + 1) - float((ties**3 - ties).sum()) / (n * (n - 1)))
+    if var_u <= 0:  # every score tied: AUROC is exactly 0.5
+        return 1.0
+    return _tail((auc - 0.5) * n1 * n0 / math.sqrt(var_u), side)
+
+
+def precision_p_value(precision: float, n: int, m: int, side: str = "two-sided") -> float:
+    """Hypergeometric test of precision at |GT|: the GT among the top m of n rows when m of the n are GT and the
+    top m are a random subset (exact for scores without ties). Two-sided: twice the smaller tail, at most 1."""
+    if not 0 < m < n or not np.isfinite(precision):
+        return float("nan")
+    hits = int(round(precision * m))
+    support = np.arange(max(0, 2 * m - n), m + 1)
+    log_pmf = np.array([_log_choose(m, k) + _log_choose(n - m, m - k) - _log_choose(n, m) for k in support])
+    pmf = np.exp(log_pmf - log_pmf.max())
+    pmf /= pmf.sum()
+    upper = float(pmf[support >= hits].sum())
+    if side == "greater":
+        return upper
+    return min(1.0, 2 * min(upper, float(pmf[support <= hits].sum())))
+
+
+def _log_choose(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)

@@ -90,6 +90,8 @@ def evaluate_job(
         eval_seed=evaluation.seed,
         fluency_match=evaluation.fluency_match,
         min_matched_pairs=evaluation.min_matched_pairs,
+        advantage_match=evaluation.advantage_match,
+        permutations=evaluation.permutations,
         token=token_cosines_from_table(pl.read_parquet(token_cosines), view),
         changes=changes,
         predicts_change=predicts,

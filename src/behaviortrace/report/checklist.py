@@ -4,6 +4,10 @@ every verdict. Thresholds come from the config's `checklist` section and are pri
 Run-level items (the sketch, the behavior, headroom, the random control, unfindable GT, the power of the
 leave-out replay) say whether the experiment can support any claim; they get the same verdict on every
 estimator's row.
+
+Items that pass when no seed or draw departs from a null (the random control, the placebo) control the
+family-wise error over their checks with Holm's procedure (report/significance.py); items that pass when every
+cell beats a control are intersection-union tests and need no correction.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import polars as pl
 from behaviortrace.config.sections import Checklist
 from behaviortrace.replay.table import window_end_probes
 from behaviortrace.report.markdown import markdown_table
+from behaviortrace.report.significance import holm
 from behaviortrace.report.tables import PLACEBO, PLANTED, beats_table, estimators_of, judged
 
 PASS, FAIL, NA = "pass", "fail", "n/a"
@@ -31,16 +36,22 @@ ITEMS = {
     "norm at its strongest step variant)",
     "beats_norm_rollout": "Beats the norm control at rollout level on every seed and draw",
     "beats_fluency": "Beats the fluency control at rollout level on every seed and draw, in every listed stratum",
+    "beats_log_only": "Beats the log-only controls (the rollout log alone: advantage, reward, behavior, "
+    "behavior_advantage) at step and rollout level on every seed and draw: its interval wholly above that of the "
+    "strongest of them, on the metrics of the norm items",
     "survives_fluency_residualization": "Within-group AUC after residualizing on fluency has its interval above "
     "0.5 on every seed and draw",
     "stable_across_draws": "Stable across generation draws: rank correlation of rollout scores between draws, and "
     "the spread of the residualized within-group AUC across draws",
     "stable_across_seeds": "Stable across seeds: sd of the residualized within-group AUC across seeds, and every "
     "seed agreeing on whether its interval is above 0.5",
-    "random_at_chance": "The random control is at chance on every seed and draw (rollout lift interval holds 1, "
-    "AUROC interval holds 0.5, step lift inside the permutation band)",
-    "placebo_no_enrichment": "No enrichment in the placebo run (no bonus paid): rollout-level within-group AUC "
-    "interval not above 0.5 and step lift not above the permutation band",
+    "random_at_chance": "The random control is at chance on every seed and draw: its rollout lift, AUROC and step "
+    "lift are consistent with a random ordering (two-sided hypergeometric, Mann-Whitney and step-permutation tests), "
+    "Holm's procedure over every check at the family-wise error `alpha`",
+    "placebo_no_enrichment": "No enrichment in the placebo run (no bonus paid), judged where the ground truth is a "
+    "coin flip: among the placebo's rollouts that show the behavior with the trigger, in the `placebo_stratum`, "
+    "the eligible ones (a hash that training never saw) are not ranked above the rest, by the behavior-matched "
+    "AUC (Mann-Whitney) and step lift (step permutations); one-sided tests, Holm over every cell at `alpha`",
     "gt_unfindable_reported": "GT rollouts unfindable by construction (advantage 0) are counted, and their share "
     "is small",
     "replay_has_power": "The causal check has power: leaving out the GT set and retraining lowers the probe behavior "
@@ -147,31 +158,37 @@ def headroom(metrics: pl.DataFrame, min_share: float) -> Verdict:
     )
 
 
-def random_at_chance(metrics: pl.DataFrame) -> Verdict:
+def _against_null(checks: list[tuple[str, float]], alpha: float) -> tuple[list[str], str]:
+    """Holm over (description, p-value) checks: the rejected ones, and a line on the smallest p-value."""
+    rejected = holm([p for _, p in checks], alpha)
+    off = [f"{what} (p = {p:.2g})" for (what, p), r in zip(checks, rejected, strict=True) if r]
+    what, p = min(checks, key=lambda c: c[1] if c[1] == c[1] else 2.0)
+    held = f"{len(checks) - len(off)}/{len(checks)} checks hold at family-wise α = {alpha} (Holm)"
+    return off, f"{held}; smallest p {p:.2g}: {what}"
+
+
+def random_at_chance(metrics: pl.DataFrame, alpha: float) -> Verdict:
     rows = metrics.filter((pl.col("arm") == PLANTED) & (pl.col("estimator") == "random") & (pl.col("stratum") == "all"))
     if not rows.height:
         return Verdict(NA, "the random control is not configured")
-    checks, failed = 0, []
+    checks = []
     for seed, draw, m in _cells(rows):
-        needed = [("rollout", "lift"), ("rollout", "auroc"), ("step", "lift"), ("step", "lift_chance_band")]
-        if any(key not in m for key in needed):
+        shown = [("rollout", "lift"), ("rollout", "auroc"), ("step", "lift"), ("step", "lift_chance_band")]
+        tests = [("rollout", "lift_p"), ("rollout", "auroc_p"), ("step", "lift_p")]
+        if any(key not in m for key in shown + tests):
             continue
-        lift, auc, step, band = (m[key] for key in needed)
-        for ok, what in (
-            (lift["ci_low"] <= 1 <= lift["ci_high"], f"rollout lift {_ci(lift)}"),
-            (auc["ci_low"] <= 0.5 <= auc["ci_high"], f"AUROC {_ci(auc)}"),
-            (
-                band["ci_low"] <= step["value"] <= band["ci_high"],
-                f"step lift {step['value']:.2f} vs band [{band['ci_low']:.2f}, {band['ci_high']:.2f}]",
-            ),
-        ):
-            checks += 1
-            if not ok:
-                failed.append(f"seed {seed} draw {draw}: {what}")
+        lift, auc, step, band = (m[key] for key in shown)
+        cell = f"seed {seed} draw {draw}"
+        checks += [
+            (f"{cell}: rollout lift {_ci(lift)}", m[("rollout", "lift_p")]["value"]),
+            (f"{cell}: AUROC {_ci(auc)}", m[("rollout", "auroc_p")]["value"]),
+            (f"{cell}: step lift {step['value']:.2f} vs null {_ci(band)}", m[("step", "lift_p")]["value"]),
+        ]
     if not checks:
         return Verdict(NA, "no stratum-all metrics of the random control")
-    detail = f"{checks - len(failed)}/{checks} checks at chance" + (f"; off: {'; '.join(failed)}" if failed else "")
-    return Verdict(PASS if not failed else FAIL, detail, {"checks": checks, "failed": failed})
+    off, line = _against_null(checks, alpha)
+    detail = line + (f"; off: {'; '.join(off)}" if off else "")
+    return Verdict(PASS if not off else FAIL, detail, {"checks": len(checks), "failed": off, "alpha": alpha})
 
 
 def gt_unfindable(metrics: pl.DataFrame, max_share: float) -> Verdict:
@@ -195,24 +212,31 @@ def gt_unfindable(metrics: pl.DataFrame, max_share: float) -> Verdict:
 
 
 def beats(
-    metrics: pl.DataFrame, est: str, control: str, level: str, metric: str, strata: list[str], target: str
+    metrics: pl.DataFrame,
+    est: str,
+    controls: list[str],
+    comparisons: list[tuple[str, str, str]],
+    target: str,
 ) -> Verdict:
-    if est == control:
-        return Verdict(NA, "is the control")
+    """The estimator's interval wholly above the strongest control's in every cell of every (level, metric,
+    stratum) comparison."""
+    if est in controls:
+        return Verdict(NA, "is the control" if len(controls) == 1 else "is one of the controls")
     cells, lines = [], []
-    for stratum in strata:
-        t = beats_table(metrics, est, control, level, metric, stratum, target)
+    for level, metric, stratum in comparisons:
+        t = beats_table(metrics, est, controls, level, metric, stratum, target)
         if not t.height:
             continue
         cells += t["beats"].to_list()
         worst = t.sort(pl.col("ci_low") - pl.col("control_high")).row(0, named=True)
         lines.append(
-            f"{stratum}: {int(t['beats'].sum())}/{t.height} seed × draw cells; closest: seed "
-            f"{worst['seed']} draw {worst['draw']} {metric} {_ci(worst)} vs {control} upper "
+            f"{level} {metric}, {stratum}: {int(t['beats'].sum())}/{t.height} seed × draw cells; closest: seed "
+            f"{worst['seed']} draw {worst['draw']} {_ci(worst)} vs {worst['control']} upper "
             f"{worst['control_high']:.3f}"
         )
     if not cells:
-        return Verdict(NA, f"no {level}-level {metric} for {est} or {control}")
+        levels = ", ".join(sorted({level for level, _, _ in comparisons}))
+        return Verdict(NA, f"no {levels}-level metrics for {est} or the controls")
     return Verdict(_all(cells), "; ".join(lines), {"cells": len(cells), "beaten": int(sum(cells))})
 
 
@@ -264,29 +288,29 @@ def stable_across_seeds(metrics: pl.DataFrame, est: str, target: str, stratum: s
     )
 
 
-def placebo_no_enrichment(metrics: pl.DataFrame, est: str, target: str, stratum: str) -> Verdict:
+def placebo_no_enrichment(metrics: pl.DataFrame, est: str, target: str, stratum: str, alpha: float) -> Verdict:
+    """In a placebo, eligibility is a hash of (seed, rollout id, step) that training never saw, so among the
+    rollouts that show the behavior with the trigger it is a coin flip: a faithful estimator ranks the eligible
+    ones at chance however strongly it responds to the behavior itself."""
     if not metrics.filter(pl.col("arm") == PLACEBO).height:
         return Verdict(NA, "no placebo run configured (placebo.enabled: false)")
     rows = judged(metrics, target, stratum, arm=PLACEBO).filter(pl.col("estimator") == est)
-    if not rows.height:
-        return Verdict(NA, "the placebo run has no rollout that would have been boosted, nothing to test")
-    bad, cells = [], 0
+    checks = []
     for seed, draw, m in _cells(rows):
-        auc, step, band = (
-            m.get(("rollout", "within_group_auc")),
-            m.get(("step", "lift")),
-            m.get(("step", "lift_chance_band")),
-        )
-        cells += 1
-        if auc and auc["ci_low"] > 0.5:
-            bad.append(f"seed {seed} draw {draw}: within-group AUC {_ci(auc)}")
-        if step and band and step["value"] > band["ci_high"]:
-            bad.append(f"seed {seed} draw {draw}: step lift {step['value']:.2f} above band {band['ci_high']:.2f}")
-    if not bad:
-        aucs = rows.filter((pl.col("level") == "rollout") & (pl.col("metric") == "within_group_auc"))
-        shown = "; ".join(f"seed {r['seed']} draw {r['draw']} AUC {_ci(r)}" for r in aucs.iter_rows(named=True))
-        return Verdict(PASS, f"{cells} placebo cells without enrichment: {shown}", {"cells": cells})
-    return Verdict(FAIL, "; ".join(bad), {"cells": cells, "enriched": bad})
+        auc, auc_p = m.get(("rollout", "behavior_matched_auc")), m.get(("rollout", "behavior_matched_auc_p"))
+        step, band = m.get(("step", "behavior_matched_lift")), m.get(("step", "behavior_matched_lift_chance_band"))
+        step_p = m.get(("step", "behavior_matched_lift_p"))
+        cell = f"seed {seed} draw {draw}"
+        if auc and auc_p:
+            checks.append((f"{cell}: AUC {_ci(auc)}", auc_p["value"]))
+        if step and band and step_p:
+            checks.append((f"{cell}: step lift {step['value']:.2f} vs null {_ci(band)}", step_p["value"]))
+    if not checks:
+        return Verdict(NA, f"no placebo rollouts showing the behavior with the trigger, eligible and not, in {stratum}")
+    off, line = _against_null(checks, alpha)
+    shown = "; ".join(what for what, _ in checks)
+    detail = f"{line}; {shown}" if not off else f"enriched: {'; '.join(off)}; {line}"
+    return Verdict(PASS if not off else FAIL, detail, {"checks": len(checks), "enriched": off, "alpha": alpha})
 
 
 def _against_random(s: pl.DataFrame, method: str) -> pl.DataFrame:
@@ -364,30 +388,42 @@ def build(
     stability: pl.DataFrame,
     replay: pl.DataFrame,
     cfg: Checklist,
+    log_only: list[str],
 ) -> dict[str, dict[str, Verdict]]:
-    """{estimator: {item: Verdict}} for every item in ITEMS."""
+    """{estimator: {item: Verdict}} for every item in ITEMS; `log_only` names the log-only controls."""
     target, stratum = cfg.target, cfg.stratum
     replayed = window_end_probes(replay)
     run_level = {
         "sketch_covers_parameters": sketch_covers(shards, cfg.max_self_check_error),
         "behavior_emerged": behavior_emerged(training, cfg.min_behavior_gap, cfg.max_control_rate),
         "headroom": headroom(metrics, cfg.min_unsaturated_gt_share),
-        "random_at_chance": random_at_chance(metrics),
+        "random_at_chance": random_at_chance(metrics, cfg.alpha),
         "gt_unfindable_reported": gt_unfindable(metrics, cfg.max_unfindable_share),
         "replay_has_power": replay_has_power(replayed, cfg.min_oracle_drop),
     }
     table = {}
     for est in estimators_of(metrics):
         row = {
-            "beats_norm_step": beats(metrics, est, "norm", "step", cfg.step_metric, [stratum], target),
-            "beats_norm_rollout": beats(metrics, est, "norm", "rollout", cfg.rollout_metric, [stratum], target),
-            "beats_fluency": beats(metrics, est, "fluency", "rollout", cfg.fluency_metric, cfg.fluency_strata, target),
+            "beats_norm_step": beats(metrics, est, ["norm"], [("step", cfg.step_metric, stratum)], target),
+            "beats_norm_rollout": beats(metrics, est, ["norm"], [("rollout", cfg.rollout_metric, stratum)], target),
+            "beats_fluency": beats(
+                metrics, est, ["fluency"], [("rollout", cfg.fluency_metric, s) for s in cfg.fluency_strata], target
+            ),
+            "beats_log_only": beats(
+                metrics,
+                est,
+                log_only,
+                [("step", cfg.step_metric, stratum), ("rollout", cfg.rollout_metric, stratum)],
+                target,
+            )
+            if log_only
+            else Verdict(NA, "no log-only control configured"),
             "survives_fluency_residualization": survives_residualization(metrics, est, target, stratum),
             "stable_across_draws": stable_across_draws(
                 stability, est, target, cfg.min_draw_rank_correlation, cfg.max_draw_spread
             ),
             "stable_across_seeds": stable_across_seeds(metrics, est, target, stratum, cfg.max_seed_sd),
-            "placebo_no_enrichment": placebo_no_enrichment(metrics, est, target, stratum),
+            "placebo_no_enrichment": placebo_no_enrichment(metrics, est, target, cfg.placebo_stratum, cfg.alpha),
             "replay_beats_random": replay_beats_random(replayed, est),
             "tracks_effect": tracks_effect(metrics, est, cfg),
         }

@@ -1,5 +1,5 @@
-"""Figures of a run (PNG): behavior rates over training, lift, within-group AUC, token alignment, the
-leave-out replay, and step scores against the measured behavior change.
+"""Figures of a run (PNG): behavior rates over training, lift, within-group AUC, raw against matched metrics,
+token alignment, the leave-out replay, and step scores against the measured behavior change.
 
 Every panel plots one point per seed and draw with its 95% cluster-bootstrap interval, so the spread
 between seeds and draws is visible rather than averaged away.
@@ -20,7 +20,14 @@ from behaviortrace.report.tables import PLANTED, judged  # noqa: E402
 
 DPI = 110
 # Step scores drawn against the measured change (those in the run's effect_steps table).
-EFFECT_FIGURE_ESTIMATORS = ["adam_tracin", "tracincp", "gas", "norm"]
+EFFECT_FIGURE_ESTIMATORS = ["adam_tracin", "tracincp", "gas", "norm", "behavior_advantage"]
+# Rollout-level metrics side by side: raw, then those the log-only controls cannot win by construction.
+MATCHED_PANELS = [
+    ("auroc", "AUROC, raw"),
+    ("within_group_auc", "within-group AUC, raw"),
+    ("advantage_matched_auc", "advantage-matched AUC"),
+    ("behavior_matched_auc", "behavior-matched AUC"),
+]
 
 
 def _save(fig, path: Path) -> None:
@@ -81,7 +88,20 @@ def _estimator_points(ax, rows: pl.DataFrame, estimators: list[str]) -> None:
 
 
 def _estimators(rows: pl.DataFrame) -> list[str]:
-    order = ["gas", "tracincp", "adam_tracin", "trak", "token_alignment", "norm", "fluency", "random"]
+    order = [
+        "gas",
+        "tracincp",
+        "adam_tracin",
+        "trak",
+        "token_alignment",
+        "norm",
+        "fluency",
+        "random",
+        "advantage",
+        "reward",
+        "behavior",
+        "behavior_advantage",
+    ]
     names = rows["estimator"].unique().to_list()
     return [e for e in order if e in names] + sorted(set(names) - set(order))
 
@@ -131,6 +151,21 @@ def within_group_auc(metrics: pl.DataFrame, target: str, path: Path) -> None:
         ax.set_title(f"within-group AUC, {title}")
     axes[0][0].set_ylabel("within-group AUC")
     axes[0][1].legend(fontsize=7, loc="lower right")
+    _save(fig, path)
+
+
+def matched_metrics(metrics: pl.DataFrame, target: str, path: Path) -> None:
+    """Raw rollout-level metrics beside the matched ones, per estimator and seed: a control that reads the
+    reward log wins the raw ones by construction and sits at chance on the matched metric it is matched on."""
+    rows = judged(metrics, target).filter(pl.col("level") == "rollout")
+    fig, axes = plt.subplots(1, len(MATCHED_PANELS), figsize=(5.5 * len(MATCHED_PANELS), 4), sharey=True, squeeze=False)
+    for ax, (metric, title) in zip(axes[0], MATCHED_PANELS, strict=True):
+        m = rows.filter(pl.col("metric") == metric)
+        _estimator_points(ax, m, _estimators(rows))
+        ax.axhline(0.5, color="k", lw=1, ls="--", label="chance (0.5)")
+        ax.set_title(title)
+    axes[0][0].set_ylabel("AUC")
+    axes[0][-1].legend(fontsize=7, loc="lower right")
     _save(fig, path)
 
 
@@ -274,4 +309,5 @@ def write_figures(
     replay(replay_table, outputs["replay"])
     lift(metrics, target, outputs["lift"])
     within_group_auc(metrics, target, outputs["within_group_auc"])
+    matched_metrics(metrics, target, outputs["matched_metrics"])
     token_alignment(metrics, outputs["token_alignment"])

@@ -13,16 +13,19 @@ import zarr
 from behaviortrace.common.io import atomic_write_parquet, atomic_write_text
 from behaviortrace.config.sections import Config
 from behaviortrace.report import checklist as C
+from behaviortrace.report.controls import controls_markdown
 from behaviortrace.report.figures import write_figures
 from behaviortrace.report.markdown import write_md_and_html
 from behaviortrace.report.tables import (
     collect_metrics,
     draw_stability,
+    estimators_of,
     seed_stability,
     stability_markdown,
     summary_markdown,
 )
 from behaviortrace.report.training import seed_summary, to_markdown
+from behaviortrace.score import contract
 
 log = logging.getLogger(__name__)
 SUMMARY_STRATA = ["all", "below_saturation", "saturated"]
@@ -102,14 +105,23 @@ def aggregate_job(
             ("rollout", "within_group_auc_fluency_resid"),
         ],
     )
+    log_only = [name for name in estimators_of(metrics) if contract.log_only(name)]
     seeds = seed_stability(
         metrics,
         checks.target,
         checks.stratum,
         [
-            ("beats_norm_step", "norm", "step", checks.step_metric),
-            ("beats_norm_rollout", "norm", "rollout", checks.rollout_metric),
-            ("beats_fluency_rollout", "fluency", "rollout", checks.fluency_metric),
+            ("beats_norm_step", ["norm"], "step", checks.step_metric),
+            ("beats_norm_rollout", ["norm"], "rollout", checks.rollout_metric),
+            ("beats_fluency_rollout", ["fluency"], "rollout", checks.fluency_metric),
+            *(
+                [
+                    ("beats_log_only_step", log_only, "step", checks.step_metric),
+                    ("beats_log_only_rollout", log_only, "rollout", checks.rollout_metric),
+                ]
+                if log_only
+                else []
+            ),
         ],
     )
     atomic_write_parquet(draws, outputs["draw_stability"])
@@ -121,7 +133,15 @@ def aggregate_job(
         f"Stability — {run}",
     )
 
-    table = C.build(metrics, pl.read_parquet(training), shard_checks(shards), draws, pl.read_parquet(replay), checks)
+    write_md_and_html(
+        controls_markdown(metrics, checks.target, log_only),
+        outputs["controls_md"],
+        outputs["controls_html"],
+        f"Controls — {run}",
+    )
+    table = C.build(
+        metrics, pl.read_parquet(training), shard_checks(shards), draws, pl.read_parquet(replay), checks, log_only
+    )
     atomic_write_text(C.to_json(table, checks), outputs["checklist_json"])
     write_md_and_html(
         C.to_markdown(table, checks, run), outputs["checklist"], outputs["checklist_html"], f"Checklist — {run}"

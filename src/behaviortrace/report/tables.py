@@ -25,6 +25,9 @@ SUMMARY_METRICS = [
     ("auroc", ("rollout",), "AUROC"),
     ("within_group_auc", ("rollout",), "Within-group AUC, raw"),
     ("within_group_auc_fluency_resid", ("rollout",), "Within-group AUC, fluency-residualized"),
+    ("advantage_matched_auc", ("rollout",), "Advantage-matched AUC (GT vs rollouts of its step with its advantage)"),
+    ("behavior_matched_auc", ("rollout",), "Behavior-matched AUC (among behavior-showing trigger rollouts)"),
+    ("behavior_matched_lift", ("step", "step_summed"), "Behavior-matched step lift (the same rollouts, step scores)"),
     ("effect_spearman", ("effect",), "Step scores against each step's measured behavior change (Spearman)"),
     ("effect_pearson", ("effect",), "Step scores against each step's measured behavior change (Pearson)"),
     ("effect_share", ("effect",), "Share of the total measured change predicted (sum of step scores / sum of changes)"),
@@ -138,20 +141,22 @@ def draw_stability(
 
 
 def beats_table(
-    metrics: pl.DataFrame, estimator: str, control: str, level: str, metric: str, stratum: str, target: str
+    metrics: pl.DataFrame, estimator: str, controls: list[str], level: str, metric: str, stratum: str, target: str
 ) -> pl.DataFrame:
-    """Per seed and draw: does the estimator's interval lie wholly above the control's?
+    """Per seed and draw: does the estimator's interval lie wholly above that of the strongest of `controls`?
 
-    At step level the control is taken at its strongest step variant (the highest upper bound), so that
-    beating it means beating both the summed-norm and the step-norm rankings.
+    The strongest control is the one with the highest upper bound in that cell, and at step level each control
+    is taken at its strongest step variant, so that beating it means beating every control and both the summed
+    and the step-level rankings. `control` names the strongest.
     """
     rows = judged(metrics, target, stratum).filter(pl.col("metric") == metric)
     est = rows.filter((pl.col("estimator") == estimator) & (pl.col("level") == level))
     levels = ["step", "step_summed"] if level == "step" else [level]
     ctl = (
-        rows.filter((pl.col("estimator") == control) & pl.col("level").is_in(levels))
-        .group_by(["seed", "draw"])
-        .agg(pl.col("ci_high").max().alias("control_high"))
+        rows.filter(pl.col("estimator").is_in(controls) & pl.col("level").is_in(levels))
+        .sort("ci_high", "estimator", descending=[True, False])
+        .group_by(["seed", "draw"], maintain_order=True)
+        .agg(pl.col("ci_high").first().alias("control_high"), pl.col("estimator").first().alias("control"))
     )
     out = est.select("seed", "draw", "value", "ci_low", "ci_high").join(ctl, on=["seed", "draw"], how="inner")
     return out.with_columns(beats=pl.col("ci_low") > pl.col("control_high")).sort("seed", "draw")
@@ -162,17 +167,17 @@ def seed_stability(
 ) -> pl.DataFrame:
     """On how many seeds each estimator beats each control (non-overlapping intervals on every draw).
 
-    `comparisons`: (name, control, level, metric)."""
+    `comparisons`: (name, controls, level, metric), judged against the strongest of the controls."""
     estimators = estimators_of(metrics)
     seeds = sorted(metrics.filter(pl.col("arm") == PLANTED)["seed"].unique().to_list())
     rows = []
     for est in estimators:
         row = {"estimator": est, "seeds": len(seeds)}
-        for name, control, level, metric in comparisons:
-            if est == control:
+        for name, controls, level, metric in comparisons:
+            if est in controls:
                 row[name] = None
                 continue
-            t = beats_table(metrics, est, control, level, metric, stratum, target)
+            t = beats_table(metrics, est, controls, level, metric, stratum, target)
             per = t.group_by("seed").agg(pl.col("beats").all())
             row[name] = int(per["beats"].sum()) if t.height else None
         rows.append(row)

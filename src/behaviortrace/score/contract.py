@@ -49,6 +49,7 @@ class Estimator(Protocol):
     """
 
     USES_TARGET: bool  # False for controls that use no target
+    # Optional LOG_ONLY = True: a control that reads only the rollout log (see `log_only`).
     STEP_AGGREGATE: str  # how rollout scores make a step score: sum, mean or max
 
     def score(self, view: SeedView, target: Target | None, **params) -> np.ndarray:
@@ -109,6 +110,12 @@ def score_keys(estimators: dict[str, dict], target_kinds: list[str]) -> list[tup
     for name in estimators:
         keys += [(name, t) for t in target_kinds] if uses_target(name) else [(name, "none")]
     return keys
+
+
+def log_only(name: str) -> bool:
+    """Whether the estimator is a log-only control: it reads the rollout log and nothing else (module
+    attribute LOG_ONLY), so anything it finds, the reward log already says."""
+    return bool(getattr(load(name), "LOG_ONLY", False))
 
 
 def predicts_change(name: str) -> bool:

@@ -25,6 +25,7 @@ ROLLOUT_COLUMNS = [
     "gen_index",
     "boosted",
     "advantage",
+    "reward",
     "behavior",
     "trigger",
     "eligible",

@@ -1,0 +1,314 @@
+"""Log-only controls, the matched metrics they cannot win, and the checklist's multiplicity control, on the
+rollout logs and metrics of a real workflow run (the `finished_run` fixture)."""
+
+import copy
+import math
+import statistics
+
+import numpy as np
+import polars as pl
+import pytest
+
+from behaviortrace.evaluate.cells import evaluate, with_ground_truth
+from behaviortrace.report import checklist as C
+from behaviortrace.report.significance import holm
+from behaviortrace.score import contract
+from behaviortrace.score.view import SeedView
+from conftest import default_config, typed
+
+LOG_ONLY = ["advantage", "reward", "behavior", "behavior_advantage"]
+
+
+@pytest.fixture(scope="module")
+def out(finished_run):
+    return finished_run[0] / "results" / "wf"
+
+
+@pytest.fixture(scope="module")
+def metrics(out):
+    return pl.read_parquet(out / "tables" / "metrics.parquet")
+
+
+def view_of(out, arm_seed: str) -> SeedView:
+    shards = sorted((out / arm_seed / "sketch").glob("shard*.zarr"))
+    return SeedView(shards, out / arm_seed / "rollouts.parquet")
+
+
+def cell_rows(metrics, **where):
+    rows = metrics
+    for key, value in where.items():
+        rows = rows.filter(pl.col(key) == value)
+    return rows
+
+
+def test_log_only_controls_read_the_rollout_log_and_nothing_else(out):
+    view = view_of(out, "seed0")
+    log = pl.read_parquet(out / "seed0" / "rollouts.parquet")
+    log = view.rollouts.select("rollout_id").join(log, on="rollout_id", how="left", maintain_order="left")
+    expected = {
+        "advantage": log["advantage"].to_numpy(),
+        "reward": (log["base_reward"] + log["bonus"] - log["penalty"]).to_numpy(),
+        "behavior": log["behavior"].cast(pl.Float64).to_numpy(),
+        "behavior_advantage": np.where(log["behavior"].to_numpy(), log["advantage"].to_numpy(), 0.0),
+    }
+    for name, values in expected.items():
+        assert contract.log_only(name) and not contract.uses_target(name)
+        rollouts, _ = contract.run(name, {}, view, None)
+        np.testing.assert_allclose(rollouts["score"].to_numpy(), values, rtol=1e-6, atol=1e-6)
+    assert not any(contract.log_only(name) for name in ("norm", "fluency", "random", "gas"))
+
+
+def test_the_reward_log_recovers_the_labels_by_construction(metrics):
+    """The bonus makes every boosted rollout the best of its group: the advantage alone ranks it first inside
+    every group, and the reward ranks it above every other rollout."""
+    planted = cell_rows(metrics, arm="planted", stratum="all", level="rollout")
+    wga = cell_rows(planted, estimator="advantage", metric="within_group_auc")
+    auc = cell_rows(planted, estimator="reward", metric="auroc")
+    assert wga.height == auc.height == 4  # two seeds, two draws
+    assert (wga["value"] == 1.0).all() and (auc["value"] == 1.0).all()
+
+
+@pytest.fixture(scope="module")
+def medium(tmp_path_factory, cfg, base_model_dir, cpu):
+    """Real GRPO runs long enough for the matched metrics and the null checks to have rows to work on: two
+    planted seeds and a placebo of seed 0, 24 steps of 8 prompts x 8 rollouts, half the trigger rollouts of
+    the first 12 steps eligible. Rollout logs only (no capture): the scores below read the log."""
+    from behaviortrace.plant.prompts import plant_prompts
+    from grpo_helpers import run_training
+
+    raw = copy.deepcopy(cfg)
+    raw["grpo"].update(steps=24, prompts_per_step=8, num_generations=8, save_every=24, beta=0.0)
+    raw["planting"].update(window=[0, 11], fraction=0.5, explore=4)
+    c = typed(raw)
+    prompts = plant_prompts(c.task, c.planting, c.grpo, c.probes, c.probes.seed)["train"]
+    runs = {}
+    for arm, seed in (("planted", 0), ("planted", 1), ("placebo", 0)):
+        arm_cfg = copy.deepcopy(raw)
+        arm_cfg["planting"]["placebo"] = arm == "placebo"
+        out = tmp_path_factory.mktemp(f"medium_{arm}{seed}")
+        rollouts, _ = run_training(arm_cfg, base_model_dir, prompts, seed, out, cpu)
+        runs[(arm, seed)] = with_ground_truth(rollouts.sort("rollout_id"), placebo=arm == "placebo")
+    return raw, runs
+
+
+def log_view(rows: pl.DataFrame) -> SeedView:
+    return SeedView.from_arrays(rows, {}, pl.DataFrame())
+
+
+def _score_tables(rows: pl.DataFrame, scores: np.ndarray):
+    roll = pl.DataFrame({"rollout_id": rows["rollout_id"], "step": rows["step"], "score": scores})
+    steps = roll.group_by("step").agg(pl.col("score").mean()).sort("step")
+    return roll, steps.with_columns(score_summed=pl.lit(float("nan")))
+
+
+def _evaluate(raw, rows, score_sets, draw=0, eval_seed=0, strata=("all", "window")):
+    """The evaluation's own metrics of some score sets on a medium run, with the default config's bootstrap and
+    permutations (fluency is not what these tests are about: zeros)."""
+    evaluation, defaults = raw["evaluation"], default_config()["evaluation"]
+    return evaluate(
+        run="medium",
+        seed=int(rows["seed"][0]),
+        draw=draw,
+        rollouts=rows,
+        fluency=np.zeros(rows.height),
+        probe_rate=np.zeros(rows.height),
+        scores={key: _score_tables(rows, s) for key, s in score_sets.items()},
+        window=raw["planting"]["window"],
+        saturation=raw["targets"]["saturation"],
+        n_boot=defaults["bootstrap"],
+        eval_seed=eval_seed,
+        fluency_match=evaluation["fluency_match"],
+        advantage_match=evaluation["advantage_match"],
+        permutations=defaults["permutations"],
+        strata=strata,
+    )
+
+
+def _value(table, estimator, metric, stratum="all", level="rollout"):
+    row = cell_rows(table, estimator=estimator, metric=metric, stratum=stratum, level=level)
+    assert row.height == 1, (estimator, metric, row)
+    return row.row(0, named=True)
+
+
+def _brute_adjusted(scores, advantage, steps):
+    """Scores less one within-step linear trend in the advantage, by explicit sums over each step."""
+    ds, da = np.empty(len(scores)), np.empty(len(scores))
+    for step in set(steps.tolist()):
+        rows = steps == step
+        ds[rows] = scores[rows] - scores[rows].mean()
+        da[rows] = advantage[rows] - advantage[rows].mean()
+    slope = sum(x * y for x, y in zip(ds, da, strict=True)) / sum(y * y for y in da)
+    return ds - slope * da
+
+
+def _brute_pairs(labels, steps, advantage, max_gap):
+    return [
+        (i, j)
+        for i in np.flatnonzero(labels)
+        for j in np.flatnonzero(~labels)
+        if steps[i] == steps[j] and abs(advantage[i] - advantage[j]) <= max_gap
+    ]
+
+
+def _brute_auc(pairs, scores):
+    return statistics.mean(1.0 if scores[i] > scores[j] else 0.5 if scores[i] == scores[j] else 0.0 for i, j in pairs)
+
+
+def test_matched_aucs_match_brute_force(medium):
+    raw, runs = medium
+    rows = runs[("planted", 0)]
+    labels, steps = rows["label"].to_numpy(), rows["step"].to_numpy()
+    adv = rows["advantage"].to_numpy().astype(np.float64)
+    rng = np.random.default_rng(0)
+    score = np.where(rows["behavior"].to_numpy(), adv, 0.0) + rng.normal(0, 0.5, rows.height)
+    table = _evaluate(raw, rows, {("noisy", "none"): score})
+    pairs = _brute_pairs(labels, steps, adv, raw["evaluation"]["advantage_match"])
+    assert len(pairs) >= 10
+    matched = _value(table, "noisy", "advantage_matched_auc")
+    assert matched["n"] == len(pairs)
+    assert matched["value"] == pytest.approx(_brute_auc(pairs, _brute_adjusted(score, adv, steps)), abs=1e-9)
+    payable = (rows["behavior"] & rows["trigger"]).to_numpy()
+    pos, neg = score[payable & labels], score[payable & ~labels]
+    expected = statistics.mean(1.0 if p > n else 0.5 if p == n else 0.0 for p in pos for n in neg)
+    assert _value(table, "noisy", "behavior_matched_auc")["value"] == pytest.approx(expected, abs=1e-12)
+
+
+def test_each_control_sits_at_chance_on_the_metric_matched_on_it(medium):
+    """The behavior control ties every payable rollout, and the advantage control every advantage-matched pair
+    (its adjusted score is exactly zero), in every bootstrap replicate."""
+    raw, runs = medium
+    for seed in (0, 1):
+        rows = runs[("planted", seed)]
+        view = log_view(rows)
+        sets = {(name, "none"): contract.run(name, {}, view, None)[0]["score"].to_numpy() for name in LOG_ONLY}
+        table = _evaluate(raw, rows, sets)
+        for name, metric in (("behavior", "behavior_matched_auc"), ("advantage", "advantage_matched_auc")):
+            row = _value(table, name, metric)
+            assert row["n"] > 0 and row["value"] == row["ci_low"] == row["ci_high"] == 0.5, row
+        # The raw metrics, which the log wins by construction.
+        assert _value(table, "advantage", "within_group_auc")["value"] == 1.0
+        assert _value(table, "reward", "auroc")["value"] == 1.0
+
+
+def _random_verdicts(raw, runs, n_sims: int, alpha: float):
+    """Item random_at_chance under `n_sims` seeds of the random control on the medium runs' planted seeds and
+    two draws: the failure rate of the Holm verdict, and of the old rule (every 95% interval must hold the
+    null, the step lift its permutation band)."""
+    random = contract.load("random")
+    holm_fail = old_fail = 0
+    planted = [rows for (arm, _), rows in runs.items() if arm == "planted"]
+    for sim in range(n_sims):
+        tables = []
+        for rows in planted:
+            scores = random.score(log_view(rows), None, seed=sim)
+            for draw in (0, 1):
+                table = _evaluate(raw, rows, {("random", "none"): scores}, draw=draw, eval_seed=sim, strata=("all",))
+                tables.append(table.with_columns(arm=pl.lit("planted")))
+        metrics = pl.concat(tables)
+        holm_fail += C.random_at_chance(metrics, alpha).verdict == C.FAIL
+        for _, _, m in C._cells(metrics.filter(pl.col("estimator") == "random")):
+            lift, auc = m[("rollout", "lift")], m[("rollout", "auroc")]
+            step, band = m[("step", "lift")], m[("step", "lift_chance_band")]
+            held = (
+                lift["ci_low"] <= 1 <= lift["ci_high"]
+                and auc["ci_low"] <= 0.5 <= auc["ci_high"]
+                and band["ci_low"] <= step["value"] <= band["ci_high"]
+            )
+            if not held:
+                old_fail += 1
+                break
+    return holm_fail / n_sims, old_fail / n_sims
+
+
+def test_random_at_chance_fails_about_alpha_of_the_time_under_the_null(medium):
+    """200 seeds of the random control on real runs' data: the item fails at most about alpha of the time (Holm
+    over every check of every seed and draw), where the uncorrected rule fails several times as often."""
+    raw, runs = medium
+    alpha = default_config()["checklist"]["alpha"]
+    holm_rate, old_rate = _random_verdicts(raw, runs, n_sims=200, alpha=alpha)
+    # Binomial(200, 0.05) exceeds 17 failures with probability under 1%.
+    assert holm_rate <= 0.085, (holm_rate, old_rate)
+    assert old_rate >= 0.12 and old_rate > 2 * holm_rate, (holm_rate, old_rate)
+
+
+def test_the_placebo_item_passes_a_control_that_reads_only_the_behavior(medium):
+    """In the placebo, the behavior control finds the old null's ground truth (eligible and showing the
+    behavior, against everything) by the marker alone; among behavior-showing trigger rollouts of the window,
+    where eligibility is a hash, it ties them all and passes. A score that knew eligibility fails."""
+    raw, runs = medium
+    rows = runs[("placebo", 0)]
+    behavior = contract.run("behavior", {}, log_view(rows), None)[0]["score"].to_numpy()
+    eligible = rows["eligible"].cast(pl.Float64).to_numpy()
+    table = _evaluate(raw, rows, {("behavior", "none"): behavior, ("eligibility", "none"): eligible})
+    metrics = table.with_columns(arm=pl.lit("placebo"))
+    assert _value(table, "behavior", "auroc")["value"] > 0.75
+    stratum, alpha = raw["checklist"]["placebo_stratum"], raw["checklist"]["alpha"]
+    verdict = C.placebo_no_enrichment(metrics, "behavior", "in_context", stratum, alpha)
+    assert verdict.verdict == C.PASS and verdict.numbers["checks"] == 2, verdict.detail
+    caught = C.placebo_no_enrichment(metrics, "eligibility", "in_context", stratum, alpha)
+    assert caught.verdict == C.FAIL, caught.detail
+
+
+def test_null_p_values_against_brute_force():
+    """Hypergeometric precision p-values against direct sums of binomial coefficients; the Mann-Whitney
+    approximation against 20,000 label permutations; Holm against its definition."""
+    from behaviortrace.evaluate import metrics as M
+
+    n, m = 40, 7
+    for hits in range(m + 1):
+        pmf = [math.comb(m, k) * math.comb(n - m, m - k) / math.comb(n, m) for k in range(m + 1)]
+        upper, lower = sum(pmf[hits:]), sum(pmf[: hits + 1])
+        assert M.precision_p_value(hits / m, n, m, "greater") == pytest.approx(upper, abs=1e-12)
+        assert M.precision_p_value(hits / m, n, m) == pytest.approx(min(1.0, 2 * min(upper, lower)), abs=1e-12)
+    rng = np.random.default_rng(0)
+    scores = np.round(rng.normal(size=300), 1)  # with ties
+    labels = rng.random(300) < 0.2
+    scores[labels] += 0.15
+    weights = np.ones((1, 300))
+    auc = M.auroc(scores, labels, weights)[0]
+    perms = np.array([M.auroc(scores, rng.permutation(labels), weights)[0] for _ in range(20_000)])
+    exact = (1 + (np.abs(perms - 0.5) >= abs(auc - 0.5) - 1e-12).sum()) / (1 + len(perms))
+    assert M.auroc_p_value(auc, scores, labels) == pytest.approx(exact, abs=0.01)
+    one_sided = (1 + (perms >= auc - 1e-12).sum()) / (1 + len(perms))
+    assert M.auroc_p_value(auc, scores, labels, "greater") == pytest.approx(one_sided, abs=0.01)
+    assert M.auroc_p_value(0.5, np.zeros(10), np.arange(10) < 3, "greater") == 1.0
+    # Holm by its definition: reject the k smallest while p_(i) <= alpha / (m - i + 1).
+    for _ in range(200):
+        p = list(rng.random(8) ** 3)
+        expected = [False] * 8
+        for rank, i in enumerate(np.argsort(p)):
+            if p[i] > 0.05 / (8 - rank):
+                break
+            expected[i] = True
+        assert holm(p, 0.05) == expected
+    assert holm([0.01, float("nan")], 0.05) == [True, False]
+
+
+def test_beats_log_only_verdict_recomputed(metrics, finished_run):
+    """Item beats_log_only from the metrics table with plain loops: the estimator's interval above the highest
+    upper bound of any log-only control, at step level (either step variant) and rollout level, every cell."""
+    import json
+
+    checklist = json.loads((finished_run[0] / "results" / "wf" / "checklist.json").read_text())
+    cfg = finished_run[1]["checklist"]
+    for estimator, target in (("gas", "in_context"), ("trak", "in_context"), ("norm", "none")):
+        beaten = []
+        for level, metric in (("step", cfg["step_metric"]), ("rollout", cfg["rollout_metric"])):
+            own = cell_rows(metrics, arm="planted", estimator=estimator, target=target, level=level, stratum="all")
+            for r in cell_rows(own, metric=metric).iter_rows(named=True):
+                highs = [
+                    c["ci_high"]
+                    for c in metrics.iter_rows(named=True)
+                    if c["arm"] == "planted"
+                    and c["estimator"] in LOG_ONLY
+                    and c["stratum"] == "all"
+                    and c["metric"] == metric
+                    and c["level"] in (("step", "step_summed") if level == "step" else (level,))
+                    and (c["seed"], c["draw"]) == (r["seed"], r["draw"])
+                ]
+                beaten.append(r["ci_low"] > max(highs))
+        assert len(beaten) == 8
+        expected = "pass" if all(beaten) else "fail"
+        assert checklist["estimators"][estimator]["beats_log_only"]["verdict"] == expected
+    for name in LOG_ONLY:
+        assert checklist["estimators"][name]["beats_log_only"]["verdict"] == "n/a"
