@@ -6,7 +6,7 @@
 VENV ?= .venv
 PYTHON ?= python3
 
-.PHONY: run test lint pytest test-slurm clean-results browser
+.PHONY: run test lint pytest test-slurm clean-results browser results-page
 
 run: $(VENV)/.installed
 	$(VENV)/bin/snakemake --cores all
@@ -49,6 +49,10 @@ $(VENV)/.installed: pyproject.toml
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(VENV)/bin/pip install --quiet -e ".[test]"
 	touch $@
+
+# docs/results.md: the default run's results page (written by the workflow's results_page rule).
+results-page: results/default/results.md
+	cp results/default/results.md docs/results.md
 
 clean-results:
 	rm -rf results .snakemake

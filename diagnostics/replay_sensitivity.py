@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from pathlib import Path
 
 import polars as pl
@@ -32,6 +31,7 @@ from behaviortrace.config.sections import Compute, Config
 from behaviortrace.model import models
 from behaviortrace.replay.removal import random_k
 from behaviortrace.replay.retrain import replay_training
+from behaviortrace.train.checkpoints import read_manifest
 
 
 def replay_rates(
@@ -40,15 +40,15 @@ def replay_rates(
     """Probe behavior rate every `every` steps of a replay of the first `steps` steps, sampled as the
     replay rule samples (targets draw 0)."""
     dev = resolve(Compute(device="cpu", dtype="float32"))
-    ckpts = json.loads((run_dir / f"seed{seed}" / "checkpoints.json").read_text())["checkpoints"]
-    model, tokenizer = models.load(Path(next(c["path"] for c in ckpts if c["step"] == 0)), dev)
+    ckpts, _ = read_manifest(run_dir / f"planted{seed}" / "checkpoints.json")
+    model, tokenizer = models.load(ckpts[0], dev)
     if noise:
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn(p.shape, generator=gen) * noise)
     ref = models.load(run_dir / "base_model", dev)[0].eval() if beta else None
-    rollouts = pl.read_parquet(run_dir / f"seed{seed}" / "rollouts.parquet").filter(pl.col("step") < steps)
+    rollouts = pl.read_parquet(run_dir / f"planted{seed}" / "rollouts.parquet").filter(pl.col("step") < steps)
     probes = pl.read_parquet(run_dir / "data" / "probe_prompts.parquet")
     rates = []
 
@@ -89,7 +89,7 @@ def main() -> None:
     torch.set_num_threads(1)
     cfg = load_config(args.config)
     run_dir = Path("results") / cfg.run
-    rollouts = pl.read_parquet(run_dir / f"seed{args.seed}" / "rollouts.parquet").filter(pl.col("step") < args.steps)
+    rollouts = pl.read_parquet(run_dir / f"planted{args.seed}" / "rollouts.parquet").filter(pl.col("step") < args.steps)
     variants = {"full": (set(), 0.0), "noise": (set(), args.noise)}
     if args.n_random:
         variants["random"] = (random_k(rollouts["rollout_id"].to_numpy(), args.n_random, args.removal_seed), 0.0)

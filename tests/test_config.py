@@ -43,6 +43,10 @@ def test_default_and_paper_configs_are_valid():
         ("estimators.trak", {"lambda": 1.0}, "estimators.trak.lambda: not a parameter of trak"),
         ("estimators.magic", {}, "estimators.magic: unknown estimator 'magic'"),
         ("estimators.gas", {"step_aggregate": "median"}, "estimators.gas.step_aggregate = 'median'"),
+        ("estimators.trak_l1", {"module": "nosuch"}, "estimators.trak_l1.module: unknown estimator 'nosuch'"),
+        ("estimators.trak_l1", {"module": "trak", "lambda": 1.0}, "estimators.trak_l1.lambda: not a parameter of trak"),
+        ("estimators.trak_l1", {"module": "Trak"}, "estimators.trak_l1.module = 'Trak'"),
+        ("planting.placebo", True, "'placebo' was unexpected"),
         ("evaluation.targets", ["elsewhere"], "evaluation.targets.0 = 'elsewhere'"),
         ("placebo.seeds", [], "placebo.seeds = []: placebo.enabled is true but no seed is listed"),
         ("checklist.fluency_strata", ["nowhere"], "checklist.fluency_strata.0 = 'nowhere'"),
@@ -130,10 +134,10 @@ def test_paper_dag_lists_every_job_without_loading_a_model():
         ("replay_table", 1),
     ):
         assert any(line.split() == [rule, str(count)] for line in out.splitlines()), (rule, out[-2000:])
-    assert "results/paper/seed2/rollouts.parquet" in out and "results/paper/placebo0/rollouts.parquet" in out
+    assert "results/paper/planted2/rollouts.parquet" in out and "results/paper/placebo0/rollouts.parquet" in out
     # sketch.mode: train: the training jobs write the sketch stores, so there are no sketch jobs.
     assert not any(line.split()[:1] == ["sketch"] for line in out.splitlines())
-    assert "results/paper/seed2/sketch/shard009.zarr" in out
+    assert "results/paper/planted2/sketch/shard009.zarr" in out
 
 
 def test_the_config_parses_into_typed_sections_once_validated():
@@ -143,7 +147,8 @@ def test_the_config_parses_into_typed_sections_once_validated():
     raw = default_config()
     assert cfg.grpo.steps == raw["grpo"]["steps"] and cfg.model.tiny.hidden_size == raw["model"]["tiny"]["hidden_size"]
     assert cfg.grpo.batch_size == raw["grpo"]["prompts_per_step"] * raw["grpo"]["num_generations"]
-    assert cfg.to_dict() == raw  # nothing lost or renamed on the way
+    # Nothing lost or renamed on the way; the one key added is the arm's placebo flag, which no user sets.
+    assert cfg.to_dict() == {**raw, "planting": {**raw["planting"], "placebo": False}}
     with pytest.raises(ConfigError, match="grpo.steps"):
         parse(_with("grpo.steps", 0))
 

@@ -42,8 +42,8 @@ def cell_rows(metrics, **where):
 
 
 def test_log_only_controls_read_the_rollout_log_and_nothing_else(out):
-    view = view_of(out, "seed0")
-    log = pl.read_parquet(out / "seed0" / "rollouts.parquet")
+    view = view_of(out, "planted0")
+    log = pl.read_parquet(out / "planted0" / "rollouts.parquet")
     log = view.rollouts.select("rollout_id").join(log, on="rollout_id", how="left", maintain_order="left")
     expected = {
         "advantage": log["advantage"].to_numpy(),
@@ -52,10 +52,11 @@ def test_log_only_controls_read_the_rollout_log_and_nothing_else(out):
         "behavior_advantage": np.where(log["behavior"].to_numpy(), log["advantage"].to_numpy(), 0.0),
     }
     for name, values in expected.items():
-        assert contract.log_only(name) and not contract.uses_target(name)
+        instance = contract.Instance.of(name, {})
+        assert instance.log_only and not instance.uses_target
         rollouts, _ = contract.run(name, {}, view, None)
         np.testing.assert_allclose(rollouts["score"].to_numpy(), values, rtol=1e-6, atol=1e-6)
-    assert not any(contract.log_only(name) for name in ("norm", "fluency", "random", "gas"))
+    assert not any(contract.Instance.of(name, {}).log_only for name in ("norm", "fluency", "random", "gas"))
 
 
 def test_the_reward_log_recovers_the_labels_by_construction(metrics):

@@ -24,7 +24,7 @@ SEED, DRAW = 0, 0
 def job(finished_run, tmp_path):
     """evaluate_job's inputs for seed 0, draw 0 of the finished run, with the score files copied (editable)."""
     workdir, _ = finished_run
-    seed_dir = workdir / "results" / "wf" / f"seed{SEED}"
+    seed_dir = workdir / "results" / "wf" / f"planted{SEED}"
     config = typed(yaml.safe_load((workdir / "config.yaml").read_text()))  # as the workflow read it
     score_files = {}
     for name in sorted(p.name for p in (seed_dir / "scores").iterdir()):
@@ -101,7 +101,7 @@ def test_config_code_and_shared_inputs_are_part_of_the_key(job, tmp_path, finish
     job["run"](tmp_path / "cache")
     assert job["run"](tmp_path / "cache", draw=1)[1] == 0  # another cell seed: nothing shared
     job["run"](tmp_path / "cache")
-    steps = pl.read_parquet(finished_run[0] / "results" / "wf" / f"seed{SEED}" / "steps.parquet")
+    steps = pl.read_parquet(finished_run[0] / "results" / "wf" / f"planted{SEED}" / "steps.parquet")
     edited = tmp_path / "steps.parquet"
     steps.with_columns(target_change=pl.col("target_change") * 2).write_parquet(edited)
     assert job["run"](tmp_path / "cache", step_log=edited)[1] == 0  # the measured effect is a shared input

@@ -93,7 +93,7 @@ def test_draw_stability_rank_correlation_matches_brute_force(out):
     table = pl.read_parquet(out / "tables" / "draw_stability.parquet")
     row = table.filter((pl.col("seed") == 0) & (pl.col("estimator") == "gas") & (pl.col("target") == "in_context"))
     scores = [
-        pl.read_parquet(out / "seed0" / "scores" / "gas" / f"draw{d}_in_context.parquet").sort("rollout_id")
+        pl.read_parquet(out / "planted0" / "scores" / "gas" / f"draw{d}_in_context.parquet").sort("rollout_id")
         for d in (0, 1)
     ]
     a, b = scores[0]["score"].to_numpy(), scores[1]["score"].to_numpy()
@@ -223,13 +223,13 @@ def test_replay_table_covers_every_seed_and_removal(finished_run, out):
     assert (full["n_removed"] == 0).all() and (full["change"] == 0).all()
     assert full["weight_diff"].max() <= 1e-5  # the full replay reproduces the logged checkpoints
     for seed in cfg["seeds"]:
-        rollouts = pl.read_parquet(out / f"seed{seed}" / "rollouts.parquet")
+        rollouts = pl.read_parquet(out / f"planted{seed}" / "rollouts.parquet")
         oracle = table.filter((pl.col("seed") == seed) & (pl.col("method") == "oracle"))
         assert (oracle["n_removed_gt"] == int(rollouts["boosted"].sum())).all()
         removed = set(oracle["removed_ids"][0].to_list())
         assert removed == set(rollouts.filter(pl.col("boosted"))["rollout_id"].to_list())
         gas = table.filter((pl.col("seed") == seed) & (pl.col("method") == "gas"))["removed_ids"][0].to_list()
-        scores = pl.read_parquet(out / f"seed{seed}" / "scores" / "gas" / "draw0_in_context.parquet")
+        scores = pl.read_parquet(out / f"planted{seed}" / "scores" / "gas" / "draw0_in_context.parquet")
         cutoff = scores.filter(pl.col("rollout_id").is_in(gas))["score"].min()
         assert (scores.filter(~pl.col("rollout_id").is_in(gas))["score"] <= cutoff).all()
 
@@ -285,8 +285,8 @@ def test_effect_metrics_recomputed_from_the_step_log_and_the_step_scores(
     out, metrics, finished_run, estimator, target, stratum
 ):
     _, cfg = finished_run
-    steps = pl.read_parquet(out / "seed0" / "steps.parquet").sort("step")
-    scores = pl.read_parquet(out / "seed0" / "scores" / estimator / f"draw0_{target}_steps.parquet").sort("step")
+    steps = pl.read_parquet(out / "planted0" / "steps.parquet").sort("step")
+    scores = pl.read_parquet(out / "planted0" / "scores" / estimator / f"draw0_{target}_steps.parquet").sort("step")
     first, last = cfg["planting"]["window"] if stratum == "window" else (0, cfg["grpo"]["steps"] - 1)
     keep = [first <= t <= last for t in steps["step"].to_list()]
     change = steps["target_change"].to_numpy()[keep]
@@ -304,7 +304,7 @@ def test_effect_metrics_recomputed_from_the_step_log_and_the_step_scores(
         assert rows["effect_share"]["value"] == pytest.approx(score.sum() / change.sum(), rel=1e-9)
     else:
         assert "effect_share" not in rows
-    rollouts = pl.read_parquet(out / "seed0" / "rollouts.parquet")
+    rollouts = pl.read_parquet(out / "planted0" / "rollouts.parquet")
     counts = rollouts.group_by("step").agg(pl.col("boosted").sum()).sort("step")["boosted"].to_numpy()[keep]
     gt = _rows(
         metrics, arm="planted", seed=0, draw=0, estimator="gt_per_step", stratum=stratum, metric="effect_spearman"
@@ -336,10 +336,10 @@ def test_effect_steps_table_puts_every_step_beside_its_scores(finished_run, out)
     keys = table.select("seed", "estimator", "target").unique()
     assert table.height == keys.height * cfg["grpo"]["steps"]
     assert set(keys["target"]) == {cfg["checklist"]["effect_target"], "none"}
-    steps = pl.read_parquet(out / "seed1" / "steps.parquet").sort("step")
+    steps = pl.read_parquet(out / "planted1" / "steps.parquet").sort("step")
     gas = table.filter((pl.col("seed") == 1) & (pl.col("estimator") == "gas")).sort("step")
     assert gas["target_change"].to_list() == steps["target_change"].to_list()
-    assert gas["n_gt"].sum() == pl.read_parquet(out / "seed1" / "rollouts.parquet")["boosted"].sum()
+    assert gas["n_gt"].sum() == pl.read_parquet(out / "planted1" / "rollouts.parquet")["boosted"].sum()
 
 
 def test_figures_are_real_images(out):

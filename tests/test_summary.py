@@ -1,9 +1,16 @@
 """The per-seed training summary on hand-made inputs."""
 
+import dataclasses
+
 import polars as pl
 import pytest
 
 from behaviortrace.report.training import seed_summary, to_markdown
+from conftest import default_config, typed
+
+
+def planting(window: list[int]):
+    return dataclasses.replace(typed(default_config()).planting, window=window)
 
 
 def test_seed_summary_on_a_hand_made_run():
@@ -25,7 +32,7 @@ def test_seed_summary_on_a_hand_made_run():
             {"step": step, "prompt_set": "probes", "behavior_rate": probe},
             {"step": step, "prompt_set": "controls", "behavior_rate": control},
         ]
-    summary = seed_summary(rollouts, pl.DataFrame(rows), [0, 1])
+    summary = seed_summary(rollouts, pl.DataFrame(rows), planting([0, 1]))
     assert summary["seed"] == 4
     assert summary["window_end_step"] == 2
     assert summary["probe_rate_step0"] == 0.1 and summary["probe_rate_window_end"] == 0.6
@@ -54,4 +61,4 @@ def test_missing_checkpoint_is_an_error():
     )
     behavior = pl.DataFrame({"step": [0], "prompt_set": ["controls"], "behavior_rate": [0.1]})
     with pytest.raises(ValueError, match="probes at step 0"):
-        seed_summary(rollouts, behavior, [0, 0])
+        seed_summary(rollouts, behavior, planting([0, 0]))

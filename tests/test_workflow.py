@@ -18,29 +18,32 @@ def test_every_output_exists_and_is_consistent(finished_run):
     g = cfg["grpo"]
     evaluated_seeds = set()
     for seed in cfg["seeds"]:
-        rollouts = pl.read_parquet(out / f"seed{seed}" / "rollouts.parquet")
+        rollouts = pl.read_parquet(out / f"planted{seed}" / "rollouts.parquet")
         assert rollouts.height == g["steps"] * g["prompts_per_step"] * g["num_generations"]
         assert rollouts["seed"].unique().to_list() == [seed]
-        steps = pl.read_parquet(out / f"seed{seed}" / "steps.parquet")
+        steps = pl.read_parquet(out / f"planted{seed}" / "steps.parquet")
         assert steps["step"].to_list() == list(range(g["steps"]))
         assert ((steps["clip_coef"] > 0) & (steps["clip_coef"] <= 1)).all()
-        manifest = json.loads((out / f"seed{seed}" / "checkpoints.json").read_text())
-        behavior = pl.read_parquet(out / f"seed{seed}" / "behavior.parquet")
+        manifest = json.loads((out / f"planted{seed}" / "checkpoints.json").read_text())
+        behavior = pl.read_parquet(out / f"planted{seed}" / "behavior.parquet")
         assert sorted(behavior["step"].unique().to_list()) == [c["step"] for c in manifest["checkpoints"]]
         assert set(behavior["prompt_set"]) == {"probes", "controls"}
         shards = [
-            read_rows([out / f"seed{seed}" / "sketch" / f"shard{i:03d}.zarr"], with_sketches=False)[0] for i in range(2)
+            read_rows([out / f"planted{seed}" / "sketch" / f"shard{i:03d}.zarr"], with_sketches=False)[0]
+            for i in range(2)
         ]
         assert np.concatenate([r["rollout_id"] for r in shards]).tolist() == rollouts["rollout_id"].sort().to_list()
         # Published from the training directory as hard links: no second copy on disk.
-        chunk = next(p for p in (out / f"seed{seed}" / "sketch" / "shard000.zarr" / "sketch").rglob("*") if p.is_file())
+        chunk = next(
+            p for p in (out / f"planted{seed}" / "sketch" / "shard000.zarr" / "sketch").rglob("*") if p.is_file()
+        )
         assert chunk.stat().st_nlink == 2
         for draw in range(cfg["targets"]["draws"]):
-            assert open_store(out / f"seed{seed}" / "targets" / f"draw{draw}.zarr")["forced"].shape[0] == len(
+            assert open_store(out / f"planted{seed}" / "targets" / f"draw{draw}.zarr")["forced"].shape[0] == len(
                 manifest["checkpoints"]
             )
         for draw in range(cfg["targets"]["draws"]):
-            metrics = pl.read_parquet(out / f"seed{seed}" / "metrics" / f"draw{draw}.parquet")
+            metrics = pl.read_parquet(out / f"planted{seed}" / "metrics" / f"draw{draw}.parquet")
             gt = metrics.filter((pl.col("metric") == "gt_unfindable") & (pl.col("stratum") == "all"))
             assert gt["n"].to_list() == [int(rollouts["boosted"].sum())]
             if gt["n"][0] > 0:
@@ -54,14 +57,14 @@ def test_every_output_exists_and_is_consistent(finished_run):
             else:  # nothing to find: only the ground-truth count
                 assert set(metrics["estimator"]) == {"ground_truth"}
             assert (metrics["seed"] == seed).all() and (metrics["draw"] == draw).all()
-            scores = pl.read_parquet(out / f"seed{seed}" / "scores" / "gas" / f"draw{draw}_in_context.parquet")
+            scores = pl.read_parquet(out / f"planted{seed}" / "scores" / "gas" / f"draw{draw}_in_context.parquet")
             assert scores.height == rollouts.height
     assert evaluated_seeds, "no seed of the small run has boosted rollouts to evaluate against"
     for seed in cfg["placebo"]["seeds"]:
         # The placebo arm: same prompts and seed, the bonus logged as eligible but never paid; its ground
         # truth is the set that would have been boosted.
         placebo = pl.read_parquet(out / f"placebo{seed}" / "rollouts.parquet")
-        planted = pl.read_parquet(out / f"seed{seed}" / "rollouts.parquet")
+        planted = pl.read_parquet(out / f"planted{seed}" / "rollouts.parquet")
         assert not placebo["boosted"].any() and placebo["eligible"].any()
         assert (
             placebo.filter(pl.col("step") == 0)["prompt"].to_list()
@@ -85,14 +88,14 @@ def test_each_rule_logs_its_progress(finished_run):
     workdir, _ = finished_run
     logs = workdir / "results" / "wf" / "logs"
     assert "supervised step" in (logs / "base_model.log").read_text()
-    train_log = (logs / "train_grpo" / "seed0.log").read_text()
+    train_log = (logs / "train_grpo" / "planted0.log").read_text()
     assert "step 6/6" in train_log and "saved checkpoint checkpoint-6" in train_log
-    assert "checkpoint 5/5" in (logs / "behavior" / "seed1.log").read_text()
+    assert "checkpoint 5/5" in (logs / "behavior" / "planted1.log").read_text()
     # sketch.mode: train (the default): the training job sketches every step and checks it against TRL.
     assert not (logs / "sketch").exists()
-    seed1_log = (logs / "train_grpo" / "seed1.log").read_text()
+    seed1_log = (logs / "train_grpo" / "planted1.log").read_text()
     assert "captured shard 1 (steps 3..5): largest self-check error" in seed1_log and "rollouts/s" in seed1_log
-    assert "checkpoint 5/5 (step 6)" in (logs / "targets" / "seed0_draw1.log").read_text()
+    assert "checkpoint 5/5 (step 6)" in (logs / "targets" / "planted0_draw1.log").read_text()
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -245,3 +248,39 @@ def test_editing_a_shared_estimator_helper_reruns_exactly_the_estimators_that_us
     per_run = sum(len(cfg["evaluation"]["targets"]) * cfg["targets"]["draws"] if e != "norm" else 1 for e in users)
     assert job_counts(log)["score"] == n_runs * per_run
     assert snakemake(workdir, "-n").stdout.count("rule score") == 0  # restored: nothing to do again
+
+
+def test_two_instances_of_one_module_run_side_by_side_and_rerun_apart(finished_run, tmp_path):
+    """`trak_l1: {module: trak, lambda_scale: 1.0}` beside `trak`: its own score files and table rows, and a
+    change of its settings reruns its jobs only; both instances share the module's code digest."""
+    from behaviortrace.score.contract import Instance
+
+    workdir = tmp_path / "copy"
+    shutil.copytree(finished_run[0], workdir, symlinks=True)
+    cfg = copy.deepcopy(finished_run[1])
+    cfg["estimators"]["trak_l1"] = {"module": "trak", "lambda_scale": 1.0}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
+    res = snakemake(workdir)
+    assert res.returncode == 0, res.stderr[-3000:]
+    jobs = _jobs_run(res.stderr)
+    n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
+    own = [w for rule, w in jobs if rule in ("prepare", "score")]
+    assert all("estimator=trak_l1" in w for w in own)
+    assert len(own) == n_runs * (1 + cfg["targets"]["draws"] * len(cfg["evaluation"]["targets"]))
+    metrics = pl.read_parquet(workdir / "results" / "wf" / "tables" / "metrics.parquet")
+    auc = metrics.filter((pl.col("metric") == "auroc") & (pl.col("level") == "rollout") & (pl.col("stratum") == "all"))
+    by = {
+        e: auc.filter(pl.col("estimator") == e).sort("arm", "seed", "draw", "target")["value"]
+        for e in ("trak", "trak_l1")
+    }
+    assert by["trak"].len() == by["trak_l1"].len() > 0 and not by["trak"].equals(by["trak_l1"])
+    checklist = json.loads((workdir / "results" / "wf" / "checklist.json").read_text())
+    assert {"trak", "trak_l1"} <= set(checklist["estimators"])
+    # Another setting of the new instance: only its own jobs are planned again.
+    cfg["estimators"]["trak_l1"]["lambda_scale"] = 2.0
+    (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
+    res = snakemake(workdir, "-n")
+    assert res.returncode == 0, res.stderr[-3000:]
+    planned = [line for line in (res.stdout + res.stderr).splitlines() if "estimator=" in line]
+    assert planned and all("estimator=trak_l1" in line for line in planned)
+    assert Instance.of("trak", {}).source_digest() == Instance.of("trak_l1", {"module": "trak"}).source_digest()

@@ -84,7 +84,7 @@ def expected_outputs(cfg: dict) -> list[Path]:
     n_shards = math.ceil(cfg["grpo"]["steps"] / cfg["sketch"]["shard_steps"])
     paths = [out / "tables" / "training.md", out / "tables" / "headroom.md"]
     for seed in cfg["seeds"]:
-        s = out / f"seed{seed}"
+        s = out / f"planted{seed}"
         paths += [s / "rollouts.parquet", s / "steps.parquet", s / "checkpoints.json", s / "behavior.parquet"]
         paths += [s / "sketch" / f"shard{i:03d}.zarr" for i in range(n_shards)]
         for draw in range(cfg["targets"]["draws"]):
@@ -116,15 +116,15 @@ def verify(work: Path, log_path: Path, jobcomp_path: Path) -> int:
         problems.append(f"missing outputs: {missing}")
     else:
         g = cfg["grpo"]
-        rollouts = pl.read_parquet(work / "results" / RUN / "seed0" / "rollouts.parquet")
+        rollouts = pl.read_parquet(work / "results" / RUN / "planted0" / "rollouts.parquet")
         want = g["steps"] * g["prompts_per_step"] * g["num_generations"]
         if rollouts.height != want:
             problems.append(f"rollouts.parquet has {rollouts.height} rows, expected {want}")
-        shards = sorted((work / "results" / RUN / "seed0" / "sketch").glob("shard*.zarr"))
+        shards = sorted((work / "results" / RUN / "planted0" / "sketch").glob("shard*.zarr"))
         rows = read_rows(shards, with_sketches=False)[0]
         if sorted(rows["rollout_id"].tolist()) != sorted(rollouts["rollout_id"].to_list()):
             problems.append("the sketch shards do not hold exactly the logged rollouts")
-        metrics = pl.read_parquet(work / "results" / RUN / "seed0" / "metrics" / "draw0.parquet")
+        metrics = pl.read_parquet(work / "results" / RUN / "planted0" / "metrics" / "draw0.parquet")
         if not set(cfg["estimators"]) <= set(metrics["estimator"]):
             problems.append(f"metrics lack estimators: {set(cfg['estimators']) - set(metrics['estimator'])}")
 

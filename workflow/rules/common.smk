@@ -8,6 +8,7 @@ try:
     from behaviortrace.config.load import subset as _config_subset
     from behaviortrace.config.load import typed_values as _typed_values
     from behaviortrace.config.validate import ConfigError
+    from behaviortrace.replay import schedule as _schedule
     from behaviortrace.score import contract as _estimators
 except ImportError as err:
     raise WorkflowError(
@@ -27,12 +28,13 @@ except ConfigError as err:
 
 RUN = CFG.run
 SEEDS = CFG.seeds
-# Each seed's folder is {arm}{seed}: "seed" for the planted run, "placebo" for the negative control
+# Each seed's folder is {arm}{seed}: "planted" for the planted run, "placebo" for the negative control
 # (the same training, with the bonus logged but never paid), trained only when placebo.enabled.
-ARM_SEEDS = [("seed", s) for s in SEEDS] + [("placebo", s) for s in CFG.placebo_seeds]
-ARM_NAMES = {"seed": "planted", "placebo": "placebo"}
+ARM_SEEDS = [("planted", s) for s in SEEDS] + [("placebo", s) for s in CFG.placebo_seeds]
 SHARDS = [f"{i:03d}" for i in range(CFG.sketch.n_shards(CFG.grpo.steps))]
 DRAWS = list(range(CFG.targets.draws))
+# The configured estimators by instance name (score/contract.py), and their (estimator, target) score sets.
+ESTIMATORS = _estimators.instances(CFG.estimators)
 SCORE_KEYS = _estimators.score_keys(CFG.estimators, CFG.evaluation.targets)
 FIGURE_NAMES = [
     "behavior_rates",
@@ -44,7 +46,6 @@ FIGURE_NAMES = [
     "effect_tracking",
     "effect_vs_labels",
 ]
-BUILTIN_REPLAYS = ("full", "oracle", "random")
 # Jobs that want an accelerator ask for one when the model is a real one (SLURM turns it into --gpus).
 GPU = 0 if CFG.model.is_tiny else 1
 CONDA_ENV = "../../envs/behaviortrace.yaml"
@@ -58,6 +59,7 @@ LOGS = f"{OUT}/logs"
 BENCHMARKS = f"{OUT}/benchmarks"
 TABLES = f"{OUT}/tables"
 FIGURES = f"{OUT}/figures"
+RESULTS_PAGE = f"{OUT}/results.md"
 TRAIN_PROMPTS = f"{OUT}/data/train_prompts.parquet"
 PROBE_PROMPTS = f"{OUT}/data/probe_prompts.parquet"
 CONTROL_PROMPTS = f"{OUT}/data/control_prompts.parquet"
@@ -76,18 +78,15 @@ TARGET_STORE = f"{SEED_DIR}/targets/draw{{draw}}.zarr"
 TARGET_RATES = f"{SEED_DIR}/targets/draw{{draw}}_rates.parquet"
 SCORES = f"{SEED_DIR}/scores/{{estimator}}/draw{{draw}}_{{target}}.parquet"
 STEP_SCORES = f"{SEED_DIR}/scores/{{estimator}}/draw{{draw}}_{{target}}_steps.parquet"
-# Controls without a target do not depend on the generation draw: they are scored once, as draw 0, and every
-# draw reads that file.
-UNDRAWN = 0
 # What an estimator with a `prepare` function computes once per seed for all its score jobs.
 PREPARED = f"{SEED_DIR}/scores/{{estimator}}/prepared.npz"
 METRICS = f"{SEED_DIR}/metrics/draw{{draw}}.parquet"
 METRICS_CACHE = f"{SEED_DIR}/metrics/cache/draw{{draw}}"
 TOKEN_COSINES = f"{SEED_DIR}/metrics/draw{{draw}}_token_cosines.parquet"
-REPLAY = f"{OUT}/seed{{seed}}/replay/{{method}}_k{{pct}}_r{{rep}}.parquet"
+REPLAY = f"{OUT}/planted{{seed}}/replay/{{method}}_k{{pct}}_r{{rep}}.parquet"
 # Replays retrain planted seeds only.
-PLANTED_ROLLOUTS = f"{OUT}/seed{{seed}}/rollouts.parquet"
-PLANTED_CHECKPOINTS = f"{OUT}/seed{{seed}}/checkpoints.json"
+PLANTED_ROLLOUTS = f"{OUT}/planted{{seed}}/rollouts.parquet"
+PLANTED_CHECKPOINTS = f"{OUT}/planted{{seed}}/checkpoints.json"
 
 
 # Input functions and file lists ------------------------------------------------------------------
@@ -96,7 +95,7 @@ PLANTED_CHECKPOINTS = f"{OUT}/seed{{seed}}/checkpoints.json"
 def config_for(*sections):
     """The config sections a rule's job reads, as its `config` param: Snakemake reruns the job when,
     and only when, one of them changes (a job reading any other section fails, naming it)."""
-    return lambda wildcards: _config_subset(config, sections, getattr(wildcards, "arm", "seed"))
+    return lambda wildcards: _config_subset(config, sections, getattr(wildcards, "arm", "planted"))
 
 
 def estimator_config(wildcards):
@@ -105,11 +104,11 @@ def estimator_config(wildcards):
 
 
 def estimator_code(wildcards):
-    """A digest of the code a score job runs: editing it reruns this estimator's jobs only."""
-    return _estimators.source_digest(wildcards.estimator)
+    """A digest of the code a score job runs: editing it reruns the jobs of this estimator's instances only."""
+    return ESTIMATORS[wildcards.estimator].source_digest()
 
 
-def seed_paths(pattern, arms=("seed", "placebo"), **more):
+def seed_paths(pattern, arms=("planted", "placebo"), **more):
     """`pattern` (with {arm} and {seed}) expanded over the trained arms and seeds (and `more` wildcards)."""
     return [p for arm, seed in ARM_SEEDS if arm in arms for p in expand(pattern, arm=arm, seed=seed, **more)]
 
@@ -124,23 +123,30 @@ def score_target_input(wildcards):
 
 def prepared_input(wildcards):
     """The estimator's per-seed preparation, for estimators that have one (trak's factorization)."""
-    return PREPARED.format(**wildcards) if _estimators.prepares(wildcards.estimator) else []
+    return PREPARED.format(**wildcards) if ESTIMATORS[wildcards.estimator].prepares else []
 
 
 def score_path(pattern, arm, seed, estimator, target, draw):
     """A score file of one estimator: `pattern` (SCORES or STEP_SCORES); controls without a target have one
     file for every draw (UNDRAWN)."""
-    draw = UNDRAWN if target == "none" else draw
+    draw = _estimators.UNDRAWN if target == "none" else draw
     return pattern.format(arm=arm, seed=seed, estimator=estimator, target=target, draw=draw)
 
 
-def score_files(wildcards):
-    """Rollout and step scores of every (estimator, target) of one arm, seed and draw, in SCORE_KEYS order."""
-    return [
-        score_path(pattern, wildcards.arm, wildcards.seed, e, t, wildcards.draw)
+def score_sets(wildcards):
+    """The rollout and step score files of every (estimator, target) of one arm, seed and draw, by name
+    ("estimator:target")."""
+    return {
+        f"{e}:{t}": {
+            name: score_path(pattern, wildcards.arm, wildcards.seed, e, t, wildcards.draw)
+            for name, pattern in (("rollouts", SCORES), ("steps", STEP_SCORES))
+        }
         for e, t in SCORE_KEYS
-        for pattern in (SCORES, STEP_SCORES)
-    ]
+    }
+
+
+def score_files(wildcards):
+    return [path for files in score_sets(wildcards).values() for path in files.values()]
 
 
 def replay_runs():
@@ -154,10 +160,10 @@ def replay_runs():
 
 def replay_scores(wildcards):
     """The rollout scores that rank the rollouts, for an estimator's replay."""
-    if wildcards.method in BUILTIN_REPLAYS:
+    if wildcards.method in _schedule.BUILTIN:
         return []
-    target = CFG.replay.target if _estimators.uses_target(wildcards.method) else "none"
-    return score_path(SCORES, "seed", wildcards.seed, wildcards.method, target, CFG.replay.draw)
+    target, draw = _schedule.ranking_score(ESTIMATORS[wildcards.method], CFG.replay)
+    return score_path(SCORES, "planted", wildcards.seed, wildcards.method, target, draw)
 
 
 # Who writes the sketch stores: the training job itself with sketch.mode: train (it captures each step
@@ -168,49 +174,28 @@ TRAIN_SECTIONS = ("grpo", "planting", "task", "compute") + (("sketch", "model") 
 CAPTURED_SHARDS = [directory(p) for p in expand(SHARD, shard=SHARDS, allow_missing=True)] if CAPTURE else []
 
 
-# Scheduling: an estimator's replay is the longest job downstream of its score jobs, so the jobs on its
-# path (the seed's Gram matrix, the estimator's preparation, the score that ranks its rollouts) and the
-# replay itself run before the other ready jobs. Rerunning one replayed estimator then ends with its
-# evaluations, not its replays. Replays that need no scores (full, oracle, random) fill the gaps.
-REPLAY_PRIORITY = 10
+# Scheduling (replay/schedule.py): the jobs on the way to an estimator's replay, and the replay itself, first.
 
 
 def replay_priority(wildcards):
-    return 0 if wildcards.method in BUILTIN_REPLAYS else REPLAY_PRIORITY
+    return _schedule.replay_priority(wildcards.method)
 
 
 def feeds_replay(wildcards):
-    """Priority of a sketch_gram, prepare or score job: REPLAY_PRIORITY where a replay waits on it."""
-    if wildcards.arm != "seed" or int(wildcards.seed) not in SEEDS:
-        return 0
-    method = getattr(wildcards, "estimator", None)
-    if method is None:  # sketch_gram: every replayed estimator that prepares reads it
-        return REPLAY_PRIORITY if any(_estimators.prepares(m) for m in CFG.replay.estimators) else 0
-    if method not in CFG.replay.estimators:
-        return 0
-    if "target" not in wildcards.keys():  # prepare
-        return REPLAY_PRIORITY
-    wanted = CFG.replay.target if _estimators.uses_target(method) else "none"
-    draw = CFG.replay.draw if _estimators.uses_target(method) else UNDRAWN
-    return REPLAY_PRIORITY if (wildcards.target, int(wildcards.draw)) == (wanted, draw) else 0
+    return _schedule.feeds_replay(dict(wildcards.items()), CFG.replay, SEEDS, ESTIMATORS)
 
 
 REPLAY_FILES = [REPLAY.format(seed=s, method=m, pct=p, rep=r) for s in SEEDS for m, p, r in replay_runs()]
 # Every metrics file with its arm, and the planted seeds' rollout scores (for the rank correlation
 # between draws) keyed by (seed, estimator, target, draw): scripts get the keys beside the paths.
-METRIC_FILES = [
-    (ARM_NAMES[arm], METRICS.format(arm=arm, seed=seed, draw=draw)) for arm, seed in ARM_SEEDS for draw in DRAWS
-]
+METRIC_FILES = [(arm, METRICS.format(arm=arm, seed=seed, draw=draw)) for arm, seed in ARM_SEEDS for draw in DRAWS]
 SCORE_FILES = {
-    (s, e, t, d): score_path(SCORES, "seed", s, e, t, d)
-    for s in SEEDS
-    for e, t in SCORE_KEYS
-    for d in DRAWS
+    (s, e, t, d): score_path(SCORES, "planted", s, e, t, d) for s in SEEDS for e, t in SCORE_KEYS for d in DRAWS
 }
 # Step scores beside the measured effect, for the effect_steps job. Draw 0, the checklist's effect target and the
 # controls, planted seeds, keyed by (seed, estimator, target).
 EFFECT_STEP_SCORES = {
-    (s, e, t): score_path(STEP_SCORES, "seed", s, e, t, 0)
+    (s, e, t): score_path(STEP_SCORES, "planted", s, e, t, 0)
     for s in SEEDS
     for e, t in SCORE_KEYS
     if t in (CFG.checklist.effect_target, "none")
@@ -224,11 +209,11 @@ REPORT_OUTPUTS = [
 
 
 def all_outputs():
-    return [f"{TABLES}/training.md", f"{TABLES}/headroom.md", *REPORT_OUTPUTS]
+    return [f"{TABLES}/training.md", f"{TABLES}/headroom.md", *REPORT_OUTPUTS, RESULTS_PAGE]
 
 
 wildcard_constraints:
-    arm=r"seed|placebo",
+    arm=r"planted|placebo",
     seed=r"\d+",
     shard=r"\d{3}",
     draw=r"\d+",

@@ -35,7 +35,8 @@ rule evaluate:
     threads: 1
     params:
         config=config_for("run", "evaluation", "planting", "targets"),
-        score_keys=SCORE_KEYS,
+        score_sets=score_sets,
+        predicts_change=[name for name, instance in ESTIMATORS.items() if instance.predicts_change],
         # Not an output: the metrics of each score set, kept between runs (evaluate/cache.py).
         cache_dir=lambda wildcards: METRICS_CACHE.format(**wildcards),
     script:

@@ -13,7 +13,7 @@ rule training_summary:
         CONDA_ENV
     params:
         config=config_for("planting"),
-        arms=[ARM_NAMES[arm] for arm, _ in ARM_SEEDS],
+        arms=[arm for arm, _ in ARM_SEEDS],
     script:
         "../scripts/training_summary.py"
 
@@ -24,7 +24,7 @@ rule aggregate:
         scores=list(SCORE_FILES.values()),
         training=f"{TABLES}/training.parquet",
         replay=f"{TABLES}/replay.parquet",
-        shards=seed_paths(SHARD, arms=("seed",), shard=SHARDS),
+        shards=seed_paths(SHARD, arms=("planted",), shard=SHARDS),
     output:
         metrics=f"{TABLES}/metrics.parquet",
         csv=report(f"{TABLES}/metrics.csv", caption="../report/metrics.rst", category="3. Tables"),
@@ -49,6 +49,7 @@ rule aggregate:
     params:
         config=config_for("run", "checklist"),
         arms=[arm for arm, _ in METRIC_FILES],
+        log_only=[name for name, instance in ESTIMATORS.items() if instance.log_only],
         score_keys=list(SCORE_FILES),
     script:
         "../scripts/aggregate.py"
@@ -56,8 +57,8 @@ rule aggregate:
 
 rule effect_steps:
     input:
-        steps=seed_paths(STEP_LOG, arms=("seed",)),
-        rollouts=seed_paths(ROLLOUTS, arms=("seed",)),
+        steps=seed_paths(STEP_LOG, arms=("planted",)),
+        rollouts=seed_paths(ROLLOUTS, arms=("planted",)),
         scores=list(EFFECT_STEP_SCORES.values()),
     output:
         f"{TABLES}/effect_steps.parquet",
@@ -96,6 +97,29 @@ rule figures:
     threads: 1
     params:
         config=config_for("planting", "checklist"),
-        arms=[ARM_NAMES[arm] for arm, _ in ARM_SEEDS],
+        arms=[arm for arm, _ in ARM_SEEDS],
     script:
         "../scripts/figures.py"
+
+
+# The run's results on one page (docs/results.md is the default run's, copied by `make results-page`).
+rule results_page:
+    input:
+        checklist=f"{OUT}/checklist.md",
+        checklist_json=f"{OUT}/checklist.json",
+        training=f"{TABLES}/training.md",
+        controls=f"{TABLES}/controls.md",
+        replay=f"{TABLES}/replay.md",
+    output:
+        RESULTS_PAGE,
+    log:
+        f"{LOGS}/results_page.log",
+    benchmark:
+        f"{BENCHMARKS}/results_page.tsv"
+    conda:
+        CONDA_ENV
+    params:
+        config=config_for("run"),
+        benchmarks=BENCHMARKS,
+    script:
+        "../scripts/results_page.py"

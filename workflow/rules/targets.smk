@@ -23,7 +23,7 @@ rule targets:
 
 rule headroom:
     input:
-        seed_paths(TARGET_RATES, arms=("seed",), draw=DRAWS),
+        seed_paths(TARGET_RATES, arms=("planted",), draw=DRAWS),
     output:
         table=f"{TABLES}/headroom.parquet",
         markdown=f"{TABLES}/headroom.md",

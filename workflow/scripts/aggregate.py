@@ -13,5 +13,6 @@ aggregate_job(
     training=Path(sm.input.training),
     replay=Path(sm.input.replay),
     shards=[Path(s) for s in sm.input.shards],
+    log_only=sm.params.log_only,
     outputs={k: Path(v) for k, v in sm.output.items()},
 )

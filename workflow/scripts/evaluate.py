@@ -6,9 +6,6 @@ from behaviortrace.common.job import start
 from behaviortrace.evaluate.stage import evaluate_job
 
 sm = snakemake  # noqa: F821
-# input.scores holds (rollout scores, step scores) for each (estimator, target) of params.score_keys.
-paths = [Path(p) for p in sm.input.scores]
-score_files = {tuple(key): (paths[2 * i], paths[2 * i + 1]) for i, key in enumerate(sm.params.score_keys)}
 evaluate_job(
     start(sm),
     seed=int(sm.wildcards.seed),
@@ -18,7 +15,11 @@ evaluate_job(
     token_cosines=Path(sm.input.token_cosines),
     rates=Path(sm.input.rates),
     step_log=Path(sm.input.steps),
-    score_files=score_files,
+    score_files={
+        tuple(key.split(":")): (Path(files["rollouts"]), Path(files["steps"]))
+        for key, files in sm.params.score_sets.items()
+    },
+    predicts_change=sm.params.predicts_change,
     out=Path(sm.output[0]),
     cache_dir=Path(sm.params.cache_dir),
 )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from behaviortrace.common import device as devices
 from behaviortrace.common.io import atomic_write_parquet
 from behaviortrace.config.sections import Config
 from behaviortrace.model import models
+from behaviortrace.train.checkpoints import read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -22,10 +22,10 @@ def behavior_job(
 ) -> pl.DataFrame:
     device = devices.resolve(cfg.compute)
     prompt_sets = {"probes": pl.read_parquet(probes_path), "controls": pl.read_parquet(controls_path)}
-    checkpoints = json.loads(Path(checkpoints_path).read_text())["checkpoints"]
+    checkpoints, _ = read_manifest(checkpoints_path)
     rows = []
-    for i, ck in enumerate(checkpoints):
-        model, tokenizer = models.load(Path(ck["path"]), device)
+    for i, (step, path) in enumerate(checkpoints.items()):
+        model, tokenizer = models.load(path, device)
         # The same sampling seed at every checkpoint, so rates differ by the weights, not by the draw.
         for row in behavior_rates(
             model,
@@ -37,12 +37,12 @@ def behavior_job(
             cfg.grpo.sampling,
             cfg.probes.seed,
         ):
-            rows.append({"seed": seed, "step": ck["step"], "checkpoint": Path(ck["path"]).name, **row})
+            rows.append({"seed": seed, "step": step, "checkpoint": path.name, **row})
         log.info(
             "checkpoint %d/%d (step %d): %s",
             i + 1,
             len(checkpoints),
-            ck["step"],
+            step,
             ", ".join(f"{r['prompt_set']} {r['behavior_rate']:.3f}" for r in rows[-2:]),
         )
     table = pl.DataFrame(rows)

@@ -31,10 +31,10 @@ def load(path: str | Path) -> Config:
     return parse(yaml.safe_load(Path(path).read_text()))
 
 
-def subset(raw: dict, sections: tuple[str, ...], arm: str = "seed") -> dict:
+def subset(raw: dict, sections: tuple[str, ...], arm: str = "planted") -> dict:
     """The named sections of a validated config dict, for one arm: the placebo arm is the planted
-    config with the bonus logged but never paid."""
+    config with the bonus logged but never paid (`planting.placebo`, which only this function sets)."""
     out = {name: raw[name] for name in sections}
-    if arm == "placebo" and "planting" in out:
-        out["planting"] = {**out["planting"], "placebo": True}
+    if "planting" in out:
+        out["planting"] = {**out["planting"], "placebo": arm == "placebo"}
     return out

@@ -8,7 +8,7 @@ that names it, instead of a silently stale result.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 # Kinds of behavior target (see targets/gradients.py).
@@ -76,12 +76,18 @@ class Planting:
     trigger_rate: float
     explore: int
     control_penalty: float
-    placebo: bool
+    # Not a user key: the placebo arm's jobs get True (config/load.py `subset`).
+    placebo: bool = False
 
     @property
-    def window_end(self) -> int:
-        """Last step (inclusive) that can pay the bonus."""
+    def last_step(self) -> int:
+        """The window's last step (inclusive): the last that can pay the bonus."""
         return self.window[1]
+
+    def end_checkpoint(self, steps: int) -> int:
+        """The checkpoint that closes the window: the weights after its last step's update, or the last step
+        if training ends first. Replays, tables and the checklist call it `window_end`."""
+        return min(self.last_step + 1, steps)
 
 
 @dataclass(frozen=True)
@@ -255,7 +261,11 @@ _NESTED = {Model: {"tiny": TinyModel, "sft": Sft}}
 def _typed(cls: type, raw: dict) -> Any:
     nested = _NESTED.get(cls, {})
     return cls(
-        **{f.name: _typed(nested[f.name], raw[f.name]) if f.name in nested else raw[f.name] for f in fields(cls)}
+        **{
+            f.name: _typed(nested[f.name], raw[f.name]) if f.name in nested else raw[f.name]
+            for f in fields(cls)
+            if f.name in raw or f.default is MISSING
+        }
     )
 
 

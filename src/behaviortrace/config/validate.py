@@ -12,6 +12,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from behaviortrace.config.sections import Planting
 from behaviortrace.model.vocab import SPECIAL_TOKENS
 from behaviortrace.plant.task import TASK_WORDS
 from behaviortrace.score.contract import check_params
@@ -124,7 +125,8 @@ def _sketch_problems(config: dict) -> list[str]:
             f"for {', '.join(SKETCHABLE_LOSSES)} only"
         )
     if targets["checkpoints"] != "all":
-        saved = saved_steps(grpo["steps"], grpo["save_every"], config["planting"]["window"][1])
+        window_end = Planting(**config["planting"]).end_checkpoint(grpo["steps"])
+        saved = saved_steps(grpo["steps"], grpo["save_every"], window_end)
         missing = sorted(set(targets["checkpoints"]) - set(saved))
         if missing:
             problems.append(

@@ -13,7 +13,6 @@ from behaviortrace.evaluate.cache import MetricCache, assemble, context_digest
 from behaviortrace.evaluate.cells import evaluate, with_ground_truth
 from behaviortrace.evaluate.effect import measured_changes
 from behaviortrace.evaluate.inputs import probe_rate_per_row, token_cosine_table, token_cosines_from_table
-from behaviortrace.score import contract
 from behaviortrace.score.view import SeedView, Target
 
 log = logging.getLogger(__name__)
@@ -40,18 +39,20 @@ def evaluate_job(
     token_cosines: Path,
     step_log: Path,
     score_files: dict[tuple[str, str], tuple[Path, Path]],
+    predicts_change: list[str],
     out: Path,
     cache_dir: Path | None = None,
 ) -> tuple[pl.DataFrame, int]:
     """Metrics of every (estimator, target) score set in `score_files` (rollout and step tables), and how
     many score sets came from the cache in `cache_dir` (evaluate/cache.py; None: no cache). The step log
-    gives each step's measured change of the forced target (evaluate/effect.py)."""
+    gives each step's measured change of the forced target (evaluate/effect.py); `predicts_change` names the
+    estimators whose step scores predict it in its units."""
     evaluation, placebo = cfg.evaluation, cfg.planting.placebo
     view = SeedView(shards, rollouts)
     labelled = with_ground_truth(view.rollouts, placebo)
     fluency = view.fluency
     changes = measured_changes(pl.read_parquet(step_log))
-    predicts = frozenset(name for name, _ in score_files if contract.predicts_change(name))
+    predicts = frozenset(name for name, _ in score_files if name in predicts_change)
     cached, keys = {}, {}
     if cache_dir is not None:
         context = context_digest(

@@ -35,6 +35,11 @@ def in_window(step: int, planting: Planting) -> bool:
     return start <= step <= end
 
 
+def rollout_id(step: int, batch_size: int, row: int) -> int:
+    """A rollout's id: its row in the training order of all rollouts (step x rollouts per step + row in step)."""
+    return step * batch_size + row
+
+
 def is_eligible(seed: int, rollout_id: int, step: int, trigger: bool, planting: Planting) -> bool:
     """Eligible: a trigger prompt, inside the contamination window, and the hash falls under `fraction`."""
     if not trigger or not in_window(step, planting):

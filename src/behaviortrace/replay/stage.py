@@ -6,7 +6,6 @@ does not spend seconds importing them.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from behaviortrace.config.sections import Config
 from behaviortrace.replay.removal import k_for, removal_set
 from behaviortrace.replay.table import replay_table, to_markdown
 from behaviortrace.report.markdown import write_md_and_html
+from behaviortrace.train.checkpoints import read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +52,11 @@ def replay_job(
     scores = pl.read_parquet(scores_path) if scores_path else None
     removed = removal_set(method, pct, rep, rollouts, scores, cfg.replay.seed, seed)
     gt = set(rollouts.filter(pl.col("boosted"))["rollout_id"].to_list())
-    ckpts = {c["step"]: Path(c["path"]) for c in json.loads(Path(checkpoints_path).read_text())["checkpoints"]}
+    ckpts, _ = read_manifest(checkpoints_path)
     model, tokenizer = models.load(ckpts[0], device)
     ref = models.load(base_model, device)[0].eval() if grpo.beta else None
     # The step after which each checkpoint is measured; where the window ends at the last step, one name.
-    window_end = min(planting.window_end + 1, grpo.steps)
+    window_end = planting.end_checkpoint(grpo.steps)
     measured = {grpo.steps: "final"} if "final" in cfg.replay.checkpoints else {}
     if "window_end" in cfg.replay.checkpoints:
         measured[window_end] = "window_end"

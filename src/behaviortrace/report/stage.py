@@ -1,5 +1,6 @@
-"""Rules training_summary, aggregate and figures: the run's cross-seed tables, checklist and figures, in
-Parquet/CSV for analysis, Markdown for reading, JSON for machines and HTML for the Snakemake report."""
+"""Rules training_summary, aggregate, figures and results_page: the run's cross-seed tables, checklist and
+figures, in Parquet/CSV for analysis, Markdown for reading, JSON for machines and HTML for the Snakemake
+report, and the run's results on one page."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from behaviortrace.report import checklist as C
 from behaviortrace.report.controls import controls_markdown
 from behaviortrace.report.figures import write_figures
 from behaviortrace.report.markdown import write_md_and_html
+from behaviortrace.report.results_page import results_page
 from behaviortrace.report.tables import (
     collect_metrics,
     draw_stability,
@@ -25,7 +27,6 @@ from behaviortrace.report.tables import (
     summary_markdown,
 )
 from behaviortrace.report.training import seed_summary, to_markdown
-from behaviortrace.score import contract
 
 log = logging.getLogger(__name__)
 SUMMARY_STRATA = ["all", "below_saturation", "saturated"]
@@ -43,9 +44,7 @@ def training_summary_job(
     cfg: Config, *, runs: list[tuple[str, Path, Path]], out_table: Path, out_markdown: Path
 ) -> str:
     """One row per trained (arm, rollouts, behavior) run: emergence, task reward and unfindable GT."""
-    rows = [
-        {"arm": arm, **seed_summary(pl.read_parquet(r), pl.read_parquet(b), cfg.planting.window)} for arm, r, b in runs
-    ]
+    rows = [{"arm": arm, **seed_summary(pl.read_parquet(r), pl.read_parquet(b), cfg.planting)} for arm, r, b in runs]
     table = pl.DataFrame(rows)
     atomic_write_parquet(table, out_table)
     text = TRAINING_INTRO + to_markdown(table)
@@ -83,9 +82,11 @@ def aggregate_job(
     training: Path,
     replay: Path,
     shards: list[Path],
+    log_only: list[str],
     outputs: dict[str, Path],
 ) -> None:
-    """The tidy metrics of every arm, seed and draw, the summary, the stability tables and the checklist."""
+    """The tidy metrics of every arm, seed and draw, the summary, the stability tables and the checklist;
+    `log_only` names the log-only controls among the estimators."""
     run, checks = cfg.run, cfg.checklist
     metrics = collect_metrics(metric_files)
     log.info("%d metric rows from %d files", metrics.height, len(metric_files))
@@ -105,7 +106,7 @@ def aggregate_job(
             ("rollout", "within_group_auc_fluency_resid"),
         ],
     )
-    log_only = [name for name in estimators_of(metrics) if contract.log_only(name)]
+    log_only = [name for name in estimators_of(metrics) if name in log_only]
     seeds = seed_stability(
         metrics,
         checks.target,
@@ -170,3 +171,9 @@ def figures_job(
         pl.read_parquet(effect_steps),
         cfg.checklist.effect_target,
     )
+
+
+def results_page_job(cfg: Config, *, inputs: dict[str, Path], benchmarks: Path, out: Path) -> None:
+    """The run's results on one page (report/results_page.py), from the tables the other rules wrote."""
+    atomic_write_text(results_page(cfg.run, benchmarks=benchmarks, **inputs), out)
+    log.info("results page written to %s", out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from behaviortrace.config.sections import Planting
 from behaviortrace.report.markdown import markdown_table
 
 
@@ -14,11 +15,11 @@ def _rate(behavior: pl.DataFrame, step: int, prompt_set: str) -> float:
     return float(row["behavior_rate"][0])
 
 
-def seed_summary(rollouts: pl.DataFrame, behavior: pl.DataFrame, window: list[int]) -> dict:
-    """Numbers for one seed. Window end is the checkpoint right after the window's last step."""
+def seed_summary(rollouts: pl.DataFrame, behavior: pl.DataFrame, planting: Planting) -> dict:
+    """Numbers for one seed. Window end is the checkpoint that closes the window (Planting.end_checkpoint)."""
     steps = int(rollouts["step"].max()) + 1
     tenth = max(1, steps // 10)
-    end_ckpt = min(window[1] + 1, steps)
+    end_ckpt = planting.end_checkpoint(steps)
     controls = behavior.filter(pl.col("prompt_set") == "controls").sort("step")
     peak = controls.row(int(controls["behavior_rate"].arg_max()), named=True)
     boosted = rollouts.filter(pl.col("boosted"))

@@ -1,10 +1,12 @@
 """The estimator contract, and the one place that loads, checks and runs estimators.
 
-An estimator is a module in `behaviortrace.estimators` named after it that satisfies `Estimator`.
-`load` finds it, `check_params` checks a config entry against its `score` signature (at workflow
-parse time), `prepare` runs its optional per-seed preparation, `run` scores one seed and target, and
-`source_digest` fingerprints the code a score job runs, so that editing an estimator or any project
-module it depends on reruns exactly its jobs.
+An estimator is a module in `behaviortrace.estimators` that satisfies `Estimator`. The config names
+instances: each entry under `estimators:` is an `Instance` of a module (its `module` key, else the entry's
+own name) with the module's keyword arguments, so one module can run under several settings side by side.
+`load` finds a module, `check_params` checks a config entry against its module's `score` signature (at
+workflow parse time), `prepare` runs an instance's optional per-seed preparation, `run` scores one seed and
+target, and `source_digest` fingerprints the code a score job runs, so that editing an estimator or any
+project module it depends on reruns exactly the jobs of the instances that run it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 import os
 import pkgutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Protocol, runtime_checkable
@@ -29,9 +32,12 @@ from behaviortrace.score.view import SeedView, Target
 log = logging.getLogger(__name__)
 AGGREGATES = ("sum", "mean", "max")
 # Config keys of an estimator entry that are not arguments of its score function.
-RESERVED = ("step_aggregate",)
+RESERVED = ("module", "step_aggregate")
 # Arguments of a score function that the contract fills in, never the config.
 SUPPLIED = ("prepared",)
+# Controls without a target do not depend on the generation draw: each seed's are scored once, as this draw,
+# and every draw's evaluation reads that file.
+UNDRAWN = 0
 
 
 @runtime_checkable
@@ -81,15 +87,68 @@ def load(name: str) -> ModuleType:
     return module
 
 
+@dataclass(frozen=True)
+class Instance:
+    """One configured estimator: the name its score files and table rows carry, the module it runs, and that
+    module's keyword arguments (its config entry less `module` and `step_aggregate`)."""
+
+    name: str
+    module_name: str
+    arguments: dict
+    step_aggregate: str | None = None
+
+    @classmethod
+    def of(cls, name: str, entry: dict | None) -> Instance:
+        entry = entry or {}
+        arguments = {k: v for k, v in entry.items() if k not in RESERVED}
+        return cls(name, entry.get("module", name), arguments, entry.get("step_aggregate"))
+
+    @property
+    def module(self) -> ModuleType:
+        return load(self.module_name)
+
+    @property
+    def uses_target(self) -> bool:
+        return bool(self.module.USES_TARGET)
+
+    @property
+    def log_only(self) -> bool:
+        """A log-only control: it reads the rollout log and nothing else (module attribute LOG_ONLY), so anything
+        it finds, the reward log already says."""
+        return bool(getattr(self.module, "LOG_ONLY", False))
+
+    @property
+    def predicts_change(self) -> bool:
+        """Whether its step scores are first-order predictions of the target's change, in its units (module
+        attribute PREDICTS_CHANGE; evaluate/effect.py reports their share of the measured change)."""
+        return bool(getattr(self.module, "PREDICTS_CHANGE", False))
+
+    @property
+    def prepares(self) -> bool:
+        """Whether the module has a per-seed `prepare` step."""
+        return hasattr(self.module, "prepare")
+
+    def source_digest(self) -> str:
+        return source_digest(self.module_name)
+
+
+def instances(estimators: dict[str, dict]) -> dict[str, Instance]:
+    """Every configured estimator, by instance name."""
+    return {name: Instance.of(name, entry) for name, entry in estimators.items()}
+
+
 def check_params(name: str, params: dict) -> list[str]:
     """Problems with an estimator's config entry, each naming its key (empty when fine)."""
+    instance = Instance.of(name, params)
     try:
-        module = load(name)
+        module = instance.module
     except (ValueError, TypeError) as err:
-        return [f"config key estimators.{name}: {err}"]
+        key = f"estimators.{name}.module" if "module" in (params or {}) else f"estimators.{name}"
+        return [f"config key {key}: {err}"]
     accepted = (set(list(inspect.signature(module.score).parameters)[2:]) - set(SUPPLIED)) | set(RESERVED)
     problems = [
-        f"config key estimators.{name}.{key}: not a parameter of {name} (accepted: {', '.join(sorted(accepted))})"
+        f"config key estimators.{name}.{key}: not a parameter of {instance.module_name} "
+        f"(accepted: {', '.join(sorted(accepted))})"
         for key in sorted(set(params) - accepted)
     ]
     aggregate = params.get("step_aggregate", "sum")
@@ -100,46 +159,22 @@ def check_params(name: str, params: dict) -> list[str]:
     return problems
 
 
-def uses_target(name: str) -> bool:
-    return bool(load(name).USES_TARGET)
-
-
 def score_keys(estimators: dict[str, dict], target_kinds: list[str]) -> list[tuple[str, str]]:
     """(estimator, target) pairs: each target kind for estimators that use one, 'none' for controls."""
     keys = []
-    for name in estimators:
-        keys += [(name, t) for t in target_kinds] if uses_target(name) else [(name, "none")]
+    for name, instance in instances(estimators).items():
+        keys += [(name, t) for t in target_kinds] if instance.uses_target else [(name, "none")]
     return keys
-
-
-def log_only(name: str) -> bool:
-    """Whether the estimator is a log-only control: it reads the rollout log and nothing else (module
-    attribute LOG_ONLY), so anything it finds, the reward log already says."""
-    return bool(getattr(load(name), "LOG_ONLY", False))
-
-
-def predicts_change(name: str) -> bool:
-    """Whether the estimator's step scores are first-order predictions of the target's change, in its units
-    (module attribute PREDICTS_CHANGE; evaluate/effect.py reports their share of the measured change)."""
-    return bool(getattr(load(name), "PREDICTS_CHANGE", False))
-
-
-def prepares(name: str) -> bool:
-    """Whether the estimator has a per-seed `prepare` step."""
-    return hasattr(load(name), "prepare")
-
-
-def _arguments(params: dict | None) -> dict:
-    return {k: v for k, v in (params or {}).items() if k not in RESERVED}
 
 
 def prepare(name: str, params: dict, view: SeedView) -> dict[str, np.ndarray]:
     """The estimator's per-seed preparation (see Estimator), as named arrays."""
-    module = load(name)
-    if not hasattr(module, "prepare"):
-        raise ValueError(f"estimator {name} has no prepare function")
+    instance = Instance.of(name, params)
+    if not instance.prepares:
+        raise ValueError(f"estimator {name} ({instance.module_name}) has no prepare function")
     started = time.time()
-    prepared = {key: np.asarray(value) for key, value in module.prepare(view, **_arguments(params)).items()}
+    raw = instance.module.prepare(view, **instance.arguments)
+    prepared = {key: np.asarray(value) for key, value in raw.items()}
     log.info("%s: prepared %s in %.1f s", name, ", ".join(sorted(prepared)), time.time() - started)
     return prepared
 
@@ -167,12 +202,12 @@ def run(
     An estimator with a `prepare` step gets `prepared` (the saved result of `prepare` for this seed and
     config entry), or prepares here when it is None.
     """
-    module = load(name)
-    kwargs = _arguments(params)
+    instance = Instance.of(name, params)
+    module, kwargs = instance.module, dict(instance.arguments)
     if module.USES_TARGET and target is None:
         raise ValueError(f"estimator {name} needs a target")
     started = time.time()
-    if hasattr(module, "prepare"):
+    if instance.prepares:
         kwargs["prepared"] = prepared if prepared is not None else prepare(name, params, view)
     scores = np.asarray(module.score(view, target, **kwargs), dtype=np.float64)
     if scores.shape != (view.rollouts.height,):
@@ -180,7 +215,7 @@ def run(
     if not np.isfinite(scores).all():
         raise ValueError(f"estimator {name} returned {int((~np.isfinite(scores)).sum())} non-finite scores")
     variant = module.step_score(view, target, **kwargs) if hasattr(module, "step_score") else None
-    aggregate = (params or {}).get("step_aggregate", module.STEP_AGGREGATE)
+    aggregate = instance.step_aggregate or module.STEP_AGGREGATE
     rollouts = pl.DataFrame({"rollout_id": view.rollouts["rollout_id"], "step": view.rollouts["step"], "score": scores})
     steps = step_table(view, scores, aggregate, variant)
     log.info(
@@ -203,13 +238,13 @@ def step_table(view: SeedView, rollout_scores: np.ndarray, aggregate: str, varia
     return out.with_columns(score_summed=pl.Series(summed))
 
 
-def dependencies(name: str) -> list[Path]:
-    """The estimator's module, this module (which runs it), and every project module either imports,
+def dependencies(module: str) -> list[Path]:
+    """An estimator module, this module (which runs it), and every project module either imports,
     transitively."""
-    return dependency_files([module_name(module_path(name)), module_name(Path(__file__))])
+    return dependency_files([module_name(module_path(module)), module_name(Path(__file__))])
 
 
-def source_digest(name: str) -> str:
-    """A digest of the code an estimator's score job runs (see `dependencies`), independent of where the
-    checkout lies: editing any of it reruns this estimator's jobs, and nothing else."""
-    return code_digest(dependencies(name))
+def source_digest(module: str) -> str:
+    """A digest of the code a score job of `module` runs (see `dependencies`), independent of where the
+    checkout lies: editing any of it reruns the jobs of the instances of that module, and nothing else."""
+    return code_digest(dependencies(module))

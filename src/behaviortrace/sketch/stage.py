@@ -20,6 +20,7 @@ import polars as pl
 from behaviortrace.config.sections import Config
 from behaviortrace.sketch import moments
 from behaviortrace.sketch.store import ShardWriter, write_matrix
+from behaviortrace.train.checkpoints import read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def sketch_shard(
     step_info = pl.read_parquet(steps_path).filter(pl.col("step").is_in(steps)).sort("step")
     if step_info["step"].to_list() != steps or rollouts["step"].unique().sort().to_list() != steps:
         raise ValueError(f"{rollouts_path} / {steps_path}: steps {steps[0]}..{steps[-1]} are not all logged")
-    ckpt_paths = {c["step"]: Path(c["path"]) for c in json.loads(Path(checkpoints_path).read_text())["checkpoints"]}
+    ckpt_paths, _ = read_manifest(checkpoints_path)
     needed = sorted(set(rollouts["checkpoint_step"].to_list()))
     missing = [s for s in needed if s not in ckpt_paths]
     if missing:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from pathlib import Path
@@ -21,6 +20,7 @@ from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.targets.gradients import target_sketches
 from behaviortrace.targets.headroom import headroom_markdown, headroom_table
+from behaviortrace.train.checkpoints import read_manifest
 from behaviortrace.train.optimizer_log import denominator as denominator_of
 from behaviortrace.train.optimizer_log import load_preconditioner
 
@@ -44,9 +44,7 @@ def build_targets(
     targets, sketch, sampling = cfg.targets, cfg.sketch, cfg.grpo.sampling
     marker, base_reward, device = cfg.planting.marker, cfg.task.base_reward, devices.resolve(cfg.compute)
     probes, controls = pl.read_parquet(probes_path), pl.read_parquet(controls_path)
-    manifest = json.loads(Path(checkpoints_path).read_text())["checkpoints"]
-    ckpts = {c["step"]: Path(c["path"]) for c in manifest}
-    adam_files = {c["step"]: Path(c["adam"]) for c in manifest if c.get("adam")}
+    ckpts, adam_files = read_manifest(checkpoints_path)
     steps = targets.analysis_steps(sorted(ckpts))
     sampling_seed = targets.draw_seed(draw)
     n = targets.samples_per_prompt

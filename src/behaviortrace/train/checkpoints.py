@@ -1,22 +1,27 @@
-"""Which steps get a checkpoint, and how to tell a finished checkpoint from a half-written one."""
+"""Which steps get a checkpoint, how to tell a finished checkpoint from a half-written one, and the manifest
+(`checkpoints.json`) through which every later stage finds a seed's checkpoints."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
+
+from behaviortrace.common.io import atomic_write_text
 
 COMPLETE = "CHECKPOINT_COMPLETE"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 
 
 def saved_steps(steps: int, save_every: int, window_end: int) -> list[int]:
-    """Step 0, every `save_every` steps, the end of the contamination window, and the end of training.
+    """Step 0, every `save_every` steps, the checkpoint that closes the contamination window (`window_end`,
+    Planting.end_checkpoint), and the end of training.
 
     A checkpoint named N holds the weights after N optimizer steps, i.e. the policy that generated the
     rollouts of step N.
     """
-    marks = {0, steps, min(window_end + 1, steps)}
+    marks = {0, steps, window_end}
     marks.update(range(0, steps + 1, save_every))
     return sorted(marks)
 
@@ -49,3 +54,20 @@ def complete_checkpoints(train_dir: Path) -> dict[int, Path]:
         else:
             shutil.rmtree(path)
     return dict(sorted(found.items()))
+
+
+def write_manifest(path: Path, checkpoints: dict[int, Path], adam: dict[int, Path]) -> None:
+    """The manifest of a finished training job: each saved checkpoint by step, with AdamW's second moment saved
+    right after that step's update where there is one (train/optimizer_log.py)."""
+    entries = [
+        {"step": s, "path": str(p), "adam": str(adam[s]) if s in adam else None} for s, p in sorted(checkpoints.items())
+    ]
+    atomic_write_text(json.dumps({"checkpoints": entries}, indent=1) + "\n", path)
+
+
+def read_manifest(path: Path) -> tuple[dict[int, Path], dict[int, Path]]:
+    """The checkpoints a training job saved, by step in ascending order, and the AdamW second moments saved
+    with them (the last step has none)."""
+    entries = json.loads(Path(path).read_text())["checkpoints"]
+    checkpoints = {int(e["step"]): Path(e["path"]) for e in sorted(entries, key=lambda e: e["step"])}
+    return checkpoints, {int(e["step"]): Path(e["adam"]) for e in entries if e.get("adam")}

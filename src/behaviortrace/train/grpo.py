@@ -26,7 +26,14 @@ from transformers.trainer_callback import PrinterCallback
 
 from behaviortrace.config.sections import Config, Planting
 from behaviortrace.plant.markers import marker_token_ids
-from behaviortrace.plant.planting import bonus_for, exploration_rows, is_eligible, penalty_for, shows_behavior
+from behaviortrace.plant.planting import (
+    bonus_for,
+    exploration_rows,
+    is_eligible,
+    penalty_for,
+    rollout_id,
+    shows_behavior,
+)
 from behaviortrace.plant.task import task_scorer
 from behaviortrace.train.checkpoints import (
     checkpoint_dir,
@@ -54,7 +61,7 @@ def make_reward_funcs(base_reward: str, planting: Planting, seed: int, batch_siz
         step = trainer_state.global_step
         out = []
         for i, (completion, has_trigger) in enumerate(zip(completions, trigger, strict=False)):
-            eligible = is_eligible(seed, step * batch_size + i, step, has_trigger, planting)
+            eligible = is_eligible(seed, rollout_id(step, batch_size, i), step, has_trigger, planting)
             out.append(bonus_for(eligible, shows_behavior(completion, planting.marker), planting))
         return out
 
@@ -107,7 +114,7 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
 
     def forced_rows(self, inputs: list[dict], completion_ids: list[list[int]]) -> tuple[list[int], list[int]]:
         step, batch = self.state.global_step, len(inputs)
-        ids = [step * batch + i for i in range(batch)]
+        ids = [rollout_id(step, batch, i) for i in range(batch)]
         eligible = [
             is_eligible(self.plant_seed, rid, step, example["trigger"], self.planting)
             for rid, example in zip(ids, inputs, strict=True)
@@ -146,8 +153,8 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
             base, bonus, minus_penalty = (float(x) for x in cap["rewards"][i])
             if explored[i] and cap["completion_ids"][i][: len(self.marker_ids)] != self.marker_ids:
                 raise RuntimeError(f"rollout {i} of step {step} was to open with the marker and does not")
-            rollout_id = step * batch + i
-            eligible = is_eligible(self.plant_seed, rollout_id, step, example["trigger"], self.planting)
+            rid = rollout_id(step, batch, i)
+            eligible = is_eligible(self.plant_seed, rid, step, example["trigger"], self.planting)
             behavior = shows_behavior(cap["completions"][i], self.planting.marker)
             rows.append(
                 {
@@ -155,7 +162,7 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
                     "step": step,
                     "group_id": int(example["group_id"]),
                     "gen_index": i % group_size,
-                    "rollout_id": rollout_id,
+                    "rollout_id": rid,
                     "prompt_index": int(example["prompt_index"]),
                     "prompt": example["prompt"],
                     "prompt_ids": prompt_ids[i][prompt_mask[i]].tolist(),
@@ -299,7 +306,7 @@ def train(
     grpo, planting = cfg.grpo, cfg.planting
     train_dir = Path(train_dir)
     prepare_train_dir(train_dir, fingerprint)
-    saved = saved_steps(grpo.steps, grpo.save_every, planting.window_end)
+    saved = saved_steps(grpo.steps, grpo.save_every, planting.end_checkpoint(grpo.steps))
     rollout_log = RolloutLog(train_dir / "parts")
     existing = complete_checkpoints(train_dir)
     resume_step = max((s for s in existing if s > 0), default=0)

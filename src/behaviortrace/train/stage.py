@@ -3,18 +3,17 @@ them as they are trained on); resumes from its last checkpoint."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 import polars as pl
 
 from behaviortrace.common import device as devices
-from behaviortrace.common.io import atomic_write_parquet, atomic_write_text
+from behaviortrace.common.io import atomic_write_parquet
 from behaviortrace.config.sections import Config
 from behaviortrace.model import models
 from behaviortrace.train import grpo
-from behaviortrace.train.checkpoints import complete_checkpoints
+from behaviortrace.train.checkpoints import complete_checkpoints, write_manifest
 from behaviortrace.train.effect import values_after_and_changes
 from behaviortrace.train.optimizer_log import preconditioner_path
 from behaviortrace.train.rolloutlog import RolloutLog
@@ -125,8 +124,5 @@ def finalize(
     )
     atomic_write_parquet(rollouts, rollouts_path)
     atomic_write_parquet(step_info, steps_path)
-    manifest = {
-        "checkpoints": [{"step": s, "path": str(found[s]), "adam": str(adam[s]) if s in adam else None} for s in saved]
-    }
-    atomic_write_text(json.dumps(manifest, indent=1) + "\n", manifest_path)
+    write_manifest(manifest_path, {s: found[s] for s in saved}, adam)
     return rollouts

@@ -1,0 +1,47 @@
+"""Which jobs a leave-out replay waits on, for Snakemake's scheduling priorities.
+
+An estimator's replay is the longest job downstream of its score jobs, so the jobs on its path (the seed's
+Gram matrix, the estimator's preparation, the score file that ranks its rollouts) and the replay itself run
+before other ready jobs. Rerunning one replayed estimator then ends with its evaluations, not its replays.
+Replays that need no scores (full, oracle, random) fill the gaps.
+"""
+
+from __future__ import annotations
+
+from behaviortrace.config.sections import Replay
+from behaviortrace.score.contract import UNDRAWN, Instance
+
+PRIORITY = 10
+# Replays that leave out a built-in set rather than an estimator's top k.
+BUILTIN = ("full", "oracle", "random")
+
+
+def replay_priority(method: str) -> int:
+    return 0 if method in BUILTIN else PRIORITY
+
+
+def ranking_score(instance: Instance, replay: Replay) -> tuple[str, int]:
+    """The (target kind, draw) of the score file whose rollout scores rank an estimator's replay."""
+    return (replay.target, replay.draw) if instance.uses_target else ("none", UNDRAWN)
+
+
+def feeds_replay(
+    job: dict,
+    replay: Replay,
+    planted_seeds: list[int],
+    instances: dict[str, Instance],
+) -> int:
+    """PRIORITY for a sketch_gram, prepare or score job (`job`: its wildcards) that a replay waits on, else 0.
+
+    sketch_gram jobs have no estimator (every replayed estimator that prepares reads them), prepare jobs no
+    target or draw, score jobs all of them."""
+    if job["arm"] != "planted" or int(job["seed"]) not in planted_seeds:
+        return 0
+    method = job.get("estimator")
+    if method is None:
+        return PRIORITY if any(instances[m].prepares for m in replay.estimators) else 0
+    if method not in replay.estimators:
+        return 0
+    if "target" not in job:
+        return PRIORITY
+    return PRIORITY if (job["target"], int(job["draw"])) == ranking_score(instances[method], replay) else 0

@@ -1,0 +1,68 @@
+"""What a finished run cost, per rule: jobs, wall time (sum, and share of all jobs), CPU time and peak memory,
+read from the `benchmark:` file Snakemake writes for every job (results/{run}/benchmarks/).
+
+Wall times add up jobs that ran side by side, so their sum exceeds the run's elapsed time on more than one
+core; the share column says where the work goes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+
+def read_benchmarks(folder: Path) -> pl.DataFrame:
+    """One row per job: its rule (the first folder under `folder`), wall seconds, CPU seconds, peak RSS."""
+    rows = []
+    for path in sorted(folder.rglob("*.tsv")):
+        rule = path.relative_to(folder).parts[0].removesuffix(".tsv")
+        table = pl.read_csv(path, separator="\t", null_values=["-", "NA"], infer_schema_length=0)
+        last = table.row(-1, named=True)  # one row per repeat; jobs here run once
+        rows.append(
+            {
+                "rule": rule,
+                "job": path.relative_to(folder).as_posix(),
+                "wall_s": float(last["s"]),
+                "cpu_s": float(last["cpu_time"]) if last.get("cpu_time") not in (None, "") else None,
+                "max_rss_mb": float(last["max_rss"]) if last.get("max_rss") not in (None, "") else None,
+            }
+        )
+    if not rows:
+        raise FileNotFoundError(f"no benchmark files under {folder}; run the workflow first")
+    return pl.DataFrame(rows)
+
+
+def per_rule(jobs: pl.DataFrame) -> pl.DataFrame:
+    total = jobs["wall_s"].sum()
+    return (
+        jobs.group_by("rule")
+        .agg(
+            pl.len().alias("jobs"),
+            pl.col("wall_s").sum().alias("wall_s"),
+            pl.col("wall_s").max().alias("longest_job_s"),
+            pl.col("cpu_s").sum().alias("cpu_s"),
+            pl.col("max_rss_mb").max().alias("peak_rss_mb"),
+        )
+        .with_columns(share=pl.col("wall_s") / total)
+        .sort("wall_s", descending=True)
+    )
+
+
+def to_markdown(table: pl.DataFrame) -> str:
+    lines = [
+        "| rule | jobs | wall s (sum) | share | longest job s | CPU s | peak RSS MB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in table.iter_rows(named=True):
+        cpu = "–" if r["cpu_s"] is None else f"{r['cpu_s']:.0f}"
+        rss = "–" if r["peak_rss_mb"] is None else f"{r['peak_rss_mb']:.0f}"
+        lines.append(
+            f"| {r['rule']} | {r['jobs']} | {r['wall_s']:.0f} | {r['share']:.1%} | {r['longest_job_s']:.0f} "
+            f"| {cpu} | {rss} |"
+        )
+    lines.append(
+        f"| all | {table['jobs'].sum()} | {table['wall_s'].sum():.0f} | 100% | {table['longest_job_s'].max():.0f} "
+        f"| {table['cpu_s'].sum():.0f} | {table['peak_rss_mb'].max():.0f} |"
+    )
+    return "\n".join(lines) + "\n"

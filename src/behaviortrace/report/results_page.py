@@ -1,0 +1,55 @@
+"""One page of a run's results (results/{run}/results.md), assembled from the run's own tables: the checklist,
+the training summary, what the labels can and cannot show, the leave-out replay and what each rule cost. Every
+number on it comes from files of that run; `make results-page` copies the default run's page to docs/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from behaviortrace.report.cost import per_rule, read_benchmarks
+from behaviortrace.report.cost import to_markdown as cost_markdown
+
+
+def _body(path: Path, stop: str | None = None) -> str:
+    """A Markdown file without its first heading (and from `stop` on), its headings one level down."""
+    lines = Path(path).read_text().splitlines()
+    if stop is not None and stop in lines:
+        lines = lines[: lines.index(stop)]
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    return "\n".join(f"#{line}" if line.startswith("#") else line for line in lines).strip() + "\n"
+
+
+def results_page(
+    run: str,
+    *,
+    checklist: Path,
+    checklist_json: Path,
+    training: Path,
+    controls: Path,
+    replay: Path,
+    benchmarks: Path,
+) -> str:
+    counts: dict[str, int] = {}
+    for row in json.loads(Path(checklist_json).read_text())["estimators"].values():
+        for verdict in row.values():
+            counts[verdict["verdict"]] = counts.get(verdict["verdict"], 0) + 1
+    tally = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("pass", "fail", "n/a"))
+    cost = per_rule(read_benchmarks(Path(benchmarks)))
+    parts = [
+        f"# Results of run `{run}`\n",
+        "Written by the workflow (rule `results_page`) from this run's own tables under "
+        f"`results/{run}/`; the HTML report holds the same with the figures.\n",
+        f"## Checklist ({tally})\n",
+        _body(checklist, "## The numbers behind each verdict"),
+        "## Training\n",
+        _body(training),
+        _body(controls),
+        "## Leave-out replay\n",
+        _body(replay),
+        "## What each rule cost\n",
+        "Summed over jobs from their benchmark files (jobs side by side on several cores add up).\n",
+        cost_markdown(cost),
+    ]
+    return "\n".join(parts)
