@@ -1,7 +1,7 @@
 """The run configuration as typed, read-only sections.
 
 The config is validated once (`validate.py`) and then parsed into these dataclasses. A rule passes
-only the sections it depends on to its job (see `Config.subset`), so that Snakemake reruns a job when,
+only the sections it depends on to its job (see `subset` in `load.py`), so that Snakemake reruns a job when,
 and only when, one of those sections changes; reading a section the rule did not pass is an error
 that names it, instead of a silently stale result.
 """
