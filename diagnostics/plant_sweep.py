@@ -128,7 +128,7 @@ def run_one(task: tuple[dict, dict, int, str]) -> tuple[dict, pl.DataFrame]:
             controls_path=data / "controls.parquet",
             out=folder / "behavior.parquet",
         )
-        row = seed_summary(rollouts, behavior, cfg.planting.window)
+        row = seed_summary(rollouts, behavior, cfg.planting)
         atomic_write_parquet(pl.DataFrame([row]), summary_path)
     row = pl.read_parquet(summary_path).row(0, named=True)
     behavior = pl.read_parquet(folder / "behavior.parquet").with_columns(plant=pl.lit(plant["name"]))

@@ -14,7 +14,7 @@ from polars.testing import assert_frame_equal
 
 from behaviortrace.evaluate import cache as metric_cache
 from behaviortrace.evaluate.stage import evaluate_job
-from behaviortrace.score.contract import score_keys
+from behaviortrace.score.contract import instances, score_keys
 from conftest import typed
 
 SEED, DRAW = 0, 0
@@ -51,6 +51,7 @@ def job(finished_run, tmp_path):
             token_cosines=seed_dir / "metrics" / f"draw{DRAW}_token_cosines.parquet",
             step_log=seed_dir / "steps.parquet",
             score_files=score_files,
+            predicts_change=[n for n, i in instances(config.estimators).items() if i.predicts_change],
             out=tmp_path / "metrics.parquet",
             cache_dir=cache_dir,
         )

@@ -34,11 +34,11 @@ def checklist(out):
 def test_metrics_table_is_the_union_of_every_seed_and_draw(finished_run, out, metrics):
     _, cfg = finished_run
     parts = []
-    for arm, folder, seeds in (("planted", "seed", cfg["seeds"]), ("placebo", "placebo", cfg["placebo"]["seeds"])):
+    for arm, seeds in (("planted", cfg["seeds"]), ("placebo", cfg["placebo"]["seeds"])):
         for seed in seeds:
             for draw in range(cfg["targets"]["draws"]):
                 parts.append(
-                    pl.read_parquet(out / f"{folder}{seed}" / "metrics" / f"draw{draw}.parquet").with_columns(
+                    pl.read_parquet(out / f"{arm}{seed}" / "metrics" / f"draw{draw}.parquet").with_columns(
                         arm=pl.lit(arm)
                     )
                 )
@@ -195,7 +195,7 @@ def test_sketch_coverage_verdict_reads_every_captured_step(finished_run, out, ch
     from behaviortrace.sketch.store import read_steps
 
     _, cfg = finished_run
-    stores = sorted(out.glob("seed*/sketch/shard*.zarr"))  # the planted seeds, as the checklist reads them
+    stores = sorted(out.glob("planted*/sketch/shard*.zarr"))  # the planted seeds, as the checklist reads them
     shards = shard_checks(stores)
     errors = np.concatenate([read_steps([p])["self_check_error"].to_numpy() for p in stores])
     assert {s["mode"] for s in shards} == {"train"} and np.isfinite(errors).all()

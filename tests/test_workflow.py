@@ -128,6 +128,7 @@ def test_changing_one_estimator_reruns_only_its_scores_and_the_evaluation(finish
         "aggregate": 1,
         "effect_steps": 1,  # trak's step scores beside the measured effect
         "figures": 1,
+        "results_page": 1,
         "all": 1,
     }
     assert job_counts(res.stdout + res.stderr) == expected
@@ -137,7 +138,7 @@ def test_changing_one_estimator_reruns_only_its_scores_and_the_evaluation(finish
 
 
 def test_a_finished_run_is_sketched_again_from_its_checkpoints_without_retraining(finished_run):
-    """The README's recipe: checkpoint mode with another k, file times only, the sketch-dependent rules forced."""
+    """The recipe in docs/sketches.md: checkpoint mode with another k, file times only, sketch rules forced."""
     workdir, cfg = finished_run
     changed = copy.deepcopy(cfg)
     changed["sketch"].update(mode="checkpoint", k=128)
@@ -182,7 +183,7 @@ def _jobs_run(log: str) -> list[tuple[str, str]]:
 
 
 def test_adding_one_estimator_runs_only_its_scores_and_updates_the_tables(finished_run, tmp_path):
-    """What the README tells a user to do: one new module and one config entry, then run again."""
+    """What docs/estimators.md tells a user to do: one new module and one config entry, then run again."""
     from behaviortrace.score.contract import module_path
 
     workdir = tmp_path / "copy"
@@ -200,7 +201,7 @@ def test_adding_one_estimator_runs_only_its_scores_and_updates_the_tables(finish
     jobs = _jobs_run(res.stderr)
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
     rules = sorted({rule for rule, _ in jobs})
-    assert rules == ["aggregate", "all", "effect_steps", "evaluate", "figures", "score"], rules
+    assert rules == ["aggregate", "all", "effect_steps", "evaluate", "figures", "results_page", "score"], rules
     scores = [w for rule, w in jobs if rule == "score"]
     # A control without a target does not depend on the generation draw: one score job per run, read by every draw.
     assert len(scores) == n_runs and all("estimator=adv_norm" in w for w in scores)
