@@ -1,30 +1,31 @@
 """How the cost of train-time capture grows with the model: GRPO steps with capture (countsketch and factored)
 against the same steps without it, in the same run, for Qwen2 models (tied embeddings and a chat template, the
 paper's architecture family, model/families.py) of four sizes spanning more than 100x in parameters (width and
-depth both grow), with the paper's k = 65,536 and its 16 rollouts per step.
+depth both grow), at the paper's step shape: 16 rollouts of up to 64 new tokens, k = 65,536.
 
 Every variant trains in a child process of its own, one thread, from the same base model and seed, so the
 variants differ only in the capture. Per variant: the median time of a step (the first step left out; on the CPU
 the child's CPU time, which other processes on a shared machine do not inflate; on CUDA wall time) and the peak
-memory the training added (on the CPU: the child's peak resident set size minus its size before
-training; on CUDA: the peak allocated). Printed per size as it is measured: parameters, tokens per step, the time
-and memory of each variant, and captured / uncaptured as ratios.
+memory the training added (on the CPU: the child's peak resident set size minus its size before training; on
+CUDA: the peak allocated). Printed per size as it is measured: parameters, tokens per step, the time and memory of
+each variant, and captured / uncaptured as ratios.
 
-Then an extrapolation to the paper's setting (Qwen2.5-1.5B, k = 65,536, 16 rollouts of about 112 tokens per step),
-from linear models fitted to the measurements (least squares over the sizes), each cost against the quantity
-that drives it:
+Then an extrapolation to the paper's setting (Qwen2.5-1.5B, the same step shape with about 48 prompt tokens), from
+linear fits over the sizes (least squares), each cost against the quantity that drives it:
   - the uncaptured step: seconds = g * (tokens x parameters) + h (a forward and backward pass per token);
-  - countsketch's extra seconds = a * (rollouts x matrix parameters) + b: it builds each rollout's gradient of every
-    weight matrix, block by block, and scatters it into the k buckets;
+  - countsketch's extra seconds = a * (tokens x matrix parameters) + b: it builds each rollout's gradient of every
+    weight matrix from its factors (a product over the rollout's tokens), block by block, and scatters it into the
+    k buckets (that part grows with rollouts x parameters, a fixed share of tokens x parameters here);
   - factored's extra seconds = a * (tokens x kept width x d) + b: it projects the kept factors to d x d blocks;
   - either's extra memory = c * (tokens x kept width) + e, the kept width being what capture holds per token until
     the step is sketched: for each weight matrix its input and output widths (for the embedding and the head, the
-    hidden width: token ids and the head's logits gradient are not kept per step).
+    hidden width: token ids and the head's logits gradient are not kept per step). Countsketch's cache of bucket
+    hashes (12 bytes per parameter, at most 1.5 GiB: sketch/maps.py) is taken out before the fit and added back.
 The paper model's shapes come from its transformers config, instantiated on the meta device (nothing is
 downloaded or allocated). The fits hold for this device; a GPU changes the constants (matrix products gain more
-than scatters), so the ratio predicted here is a CPU ratio: diagnostics/gpu_check.sh measures it on a GPU.
+than scatters), so the ratio predicted here is this device's: diagnostics/gpu_check.sh measures it on a GPU.
 
-    python benchmarks/capture_scaling.py             # about 6 minutes on 2 shared CPU cores
+    python benchmarks/capture_scaling.py             # about 10 minutes on 2 shared CPU cores
     python benchmarks/capture_scaling.py --quick     # the two smallest sizes, 3 steps: about 2 minutes
     python benchmarks/capture_scaling.py --device cuda --sizes 256x4 512x8 1024x12 1536x16
 """
@@ -65,13 +66,15 @@ PAPER_MODEL = {
 }
 # 4 prompts x 4 generations; 64 new tokens and about 48 prompt tokens (the chat template's and the task's)
 PAPER_ROLLOUTS, PAPER_TOKENS = 16, 16 * (64 + 48)
+# Countsketch keeps the bucket and sign of each coordinate it hashed (int64 + float32), up to a cap (sketch/maps.py).
+HASH_CACHE_BYTES, HASH_CACHE_COORDS = 12, 2**27
 
 
 def run_config(steps: int, variant: str, model_dir: Path, device: str, k: int) -> dict:
     raw = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     raw["compute"]["device"] = device
     raw["model"]["name"] = str(model_dir)
-    raw["grpo"].update(steps=steps, save_every=steps, prompts_per_step=4, num_generations=4, max_new_tokens=16)
+    raw["grpo"].update(steps=steps, save_every=steps, prompts_per_step=4, num_generations=4, max_new_tokens=64)
     raw["planting"]["window"] = [0, steps - 1]
     raw["sketch"].update(mode="train", method=variant if variant != "none" else "countsketch", k=k)
     raw["sketch"]["chunk_rollouts"] = 16
@@ -231,6 +234,11 @@ def paper_shapes(k: int) -> dict:
     }
 
 
+def hash_cache_mb(method: str, params: int) -> float:
+    """What countsketch's cache of bucket hashes holds for a model of `params` parameters, in MB."""
+    return HASH_CACHE_BYTES * min(params, HASH_CACHE_COORDS) / 2**20 if method == "countsketch" else 0.0
+
+
 def fit(x: list[float], y: list[float]) -> tuple[float, float]:
     """Least-squares slope and intercept."""
     slope, intercept = np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)
@@ -265,29 +273,31 @@ def extrapolate(results: list[dict], k: int) -> list[str]:
     g, h = fit([r["tokens"] * r["none"]["params"] for r in results], [r["none"]["step_s"] for r in results])
     base = g * PAPER_TOKENS * paper["params"] + h
     lines.append(
-        f"  uncaptured step: {g * 1e9:.3g} s per 1e9 (token x parameter) + {h:.3g} s -> {base:.3g} s at 1.5B "
+        f"  uncaptured step: {g * 1e12:.3g} s per 1e12 (token x parameter) + {h:.3g} s -> {base:.3g} s at 1.5B "
         "on this device"
     )
     for method in ("countsketch", "factored"):
         extra_s = [r[method]["step_s"] - r["none"]["step_s"] for r in results]
         if method == "countsketch":
-            x = [r["none"]["rollouts"] * r["none"]["matrix_params"] for r in results]
-            at, unit = PAPER_ROLLOUTS * paper["matrix_params"], "rollout x matrix parameter"
+            x = [r["tokens"] * r["none"]["matrix_params"] for r in results]
+            at, unit = PAPER_TOKENS * paper["matrix_params"], "token x matrix parameter"
         else:
             x = [r["tokens"] * r["none"]["kept_width"] * r["none"]["factored_dim"] for r in results]
             at, unit = PAPER_TOKENS * paper["kept_width"] * paper["factored_dim"], "token x kept width x d"
         a, b = fit(x, extra_s)
         extra = a * at + b
+        cache = {n: hash_cache_mb(method, n) for n in [r["none"]["params"] for r in results] + [paper["params"]]}
         c, e = fit(
             [r["tokens"] * r["none"]["kept_width"] for r in results],
-            [r[method]["extra_mb"] - r["none"]["extra_mb"] for r in results],
+            [r[method]["extra_mb"] - r["none"]["extra_mb"] - cache[r["none"]["params"]] for r in results],
         )
-        memory = (c * PAPER_TOKENS * paper["kept_width"] + e) / 1024
+        memory = (c * PAPER_TOKENS * paper["kept_width"] + e + cache[paper["params"]]) / 1024
         lines.append(
-            f"  {method}: extra {a * 1e9:.3g} s per 1e9 ({unit}) + {b:.3g} s -> {extra:.3g} s per step at 1.5B, "
-            f"ratio {(base + extra) / base:.2f}x on this device; extra memory {c * 1e6:.3g} MB "
-            f"per 1e6 (token x kept width) -> {memory:.3g} GiB at 1.5B (float32 factors alone: "
-            f"{4 * PAPER_TOKENS * paper['kept_width'] / 2**30:.3g} GiB)"
+            f"  {method}: extra {a * 1e12:.3g} s per 1e12 ({unit}) + {b:.3g} s -> {extra:.3g} s per step at 1.5B, "
+            f"ratio {(base + extra) / base:.2f}x on this device; extra memory {c * 1e6:.3g} MB per 1e6 "
+            f"(token x kept width) -> {memory:.3g} GiB at 1.5B (float32 factors alone: "
+            f"{4 * PAPER_TOKENS * paper['kept_width'] / 2**30:.3g} GiB"
+            + (f"; hash cache {cache[paper['params']] / 1024:.2g} GiB)" if method == "countsketch" else ")")
         )
     return lines
 

@@ -13,7 +13,7 @@ def resolve(compute: Compute) -> dict:
         raise RuntimeError("config compute.device is 'cuda' but no CUDA device is visible to this job")
     use_cuda = want == "cuda" or (want == "auto" and torch.cuda.is_available())
     # bfloat16 is honored on the CPU too (slower there, but the same numerics and the same capture tolerance as
-    # on a GPU: sketch/sketcher.py), so a bf16 run can be checked on any machine.
+    # on a GPU: sketch/tolerance.py), so a bf16 run can be checked on any machine.
     dtype = compute.dtype
     return {
         "use_cuda": use_cuda,

@@ -166,7 +166,7 @@ class Capture:
         self._handles = []
         self._saved_flags: list[tuple[nn.Parameter, bool]] = []
         self._generic: list[tuple[nn.Module, dict[str, str], tuple, list]] = []
-        self._floats: dict[tuple, torch.Tensor] = {}
+        self._floats: dict[tuple, torch.Tensor] = {}  # layer inputs as float32, one copy per input
         self._batch: int | None = None  # rows of the model call being captured
         self._tokens: int | None = None  # its rows times its sequence length
         self.result: PerExampleGrads | None = None  # what the current backward pass fills
@@ -177,7 +177,7 @@ class Capture:
         self._earlier = []
         self._generic = []
         self._batch = self._tokens = None
-        self._floats: dict[tuple, torch.Tensor] = {}  # layer inputs as float32, one copy per input
+        self._floats = {}
         self._handles.append(self.model.register_forward_pre_hook(self._on_model_call, with_kwargs=True))
         for module in self.model.modules():
             own = {pn: self.names[id(p)] for pn, p in module.named_parameters(recurse=False) if id(p) in self.names}
