@@ -101,7 +101,7 @@ def build_base_model(cfg: Config, device: dict):
 
 def capture_tolerance(model) -> float:
     """How far (relative) a captured per-example gradient may be from autograd's in the model's dtype: the
-    self-check tolerance of sketch/sketcher.py."""
+    self-check tolerance (sketch/tolerance.py)."""
     from behaviortrace.sketch.sketcher import self_check_tolerance
 
     return self_check_tolerance(next(model.parameters()).dtype)

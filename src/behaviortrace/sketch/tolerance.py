@@ -3,7 +3,7 @@ the model's weights; without torch, so that config validation can read it.
 
 float32 runs land near 1e-7 (rounding in float32 sums). In bfloat16 the gradient the trainer holds is rounded to 8
 significant bits and the per-rollout factors are not, so the two differ by about bfloat16's precision.
-diagnostics/bf16_gradients.py measures it on the built-in model and small models of twelve architecture families
+diagnostics/bf16_gradients.py measures it on the built-in model and small models of eleven architecture families
 (three steps each, on the CPU); the largest bf16 errors it printed are below, and the bf16 tolerance is four times
 the largest self-check error. A parameter whose use escapes capture misses by far more than either tolerance.
 """
