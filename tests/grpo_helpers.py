@@ -1,4 +1,5 @@
-"""Run real GRPO training on the tiny model from tests, in-process or in a child process."""
+"""Run real GRPO training from tests, in-process or in a child process, and check what train-time capture stored
+against each rollout's own autograd gradient at its step's weights (also used by diagnostics/bf16_gradients.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import polars as pl
 import torch
 
 from behaviortrace.config.sections import Config
+from behaviortrace.gradients.batch import completion_logps, rows_of, step_batch
 from behaviortrace.model import models
+from behaviortrace.sketch.maps import SketchMap
+from behaviortrace.sketch.store import read_rows
 from behaviortrace.train import grpo
 from behaviortrace.train.stage import capture_factory, finalize
+from behaviortrace.train.trl_surface import rollout_losses
 
 
 class GradSpy(grpo.RolloutLoggingGRPOTrainer):
@@ -27,6 +34,84 @@ class GradSpy(grpo.RolloutLoggingGRPOTrainer):
             [p.grad.detach().flatten().clone() for p in model.parameters() if p.requires_grad]
         )
         return super()._clip_grad_norm(model)
+
+
+class WeightSpy(grpo.RolloutLoggingGRPOTrainer):
+    """Copies the weights of every step (the ones its gradient is taken at) before capture and clipping."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.step_weights: dict[int, dict[str, torch.Tensor]] = {}
+
+    def before_clip(self):
+        self.step_weights[self.state.global_step] = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        super().before_clip()
+
+
+def own_gradients(model, ref_model, batch: dict, grpo, num_items: int) -> list[dict[str, torch.Tensor]]:
+    """Each rollout's gradient by its own backward pass (KL term against the base model included)."""
+    out = []
+    for i in range(batch["advantages"].shape[0]):
+        row = rows_of(batch, i, i + 1)
+        model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            ref = completion_logps(ref_model, row, grpo.temperature)
+        loss = rollout_losses(
+            completion_logps(model, row, grpo.temperature),
+            row,
+            grpo.loss_type,
+            grpo.beta,
+            grpo.max_new_tokens,
+            ref,
+            num_items=num_items,
+            n_rows=batch["advantages"].shape[0],
+        ).sum()
+        loss.backward()
+        out.append(
+            {
+                n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+                for n, p in model.named_parameters()
+            }
+        )
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+def autograd_sketches(
+    run_dir: Path, stores: list[Path], weights: dict, step: int, base_model_dir, cfg, device, ref_device=None
+):
+    """For every rollout of `step`: the sketch and exact norm of its own autograd gradient over every trainable
+    parameter, at the step's `weights` (a WeightSpy copy), in `device`'s dtype; beside what capture stored for it.
+    The KL term's reference model is the base model as `ref_device` loads it (default `device`: the run's own).
+    Returns (wanted sketches [n, k], wanted norms [n], stored rows of the step, the step's logged rollouts)."""
+    config = Config.from_dict(cfg)
+    model, tokenizer = models.load(base_model_dir, device)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    shared = {p.data_ptr() for p in model.parameters()}  # a tied head is no parameter of its own
+    assert not unexpected and all(model.state_dict()[k].data_ptr() in shared for k in missing), (missing, unexpected)
+    ref_model = models.load(base_model_dir, ref_device or device)[0].to(device["torch_dtype"]).eval()
+    rows = pl.read_parquet(Path(run_dir) / "rollouts.parquet").filter(pl.col("step") == step).sort("rollout_id")
+    steps = pl.read_parquet(Path(run_dir) / "steps.parquet")
+    num_items = int(steps.filter(pl.col("step") == step)["num_items_in_batch"][0])
+    grads = own_gradients(model, ref_model, step_batch(rows, tokenizer.pad_token_id), config.grpo, num_items)
+    smap = SketchMap.for_model(model, config.sketch.method, config.sketch.k, config.sketch.seed)
+    wanted, norms = [], []
+    for g in grads:
+        trainable = {n: g[n] for n in smap.layout}  # every trainable parameter
+        sketch, _ = smap.sketch_dense(trainable)
+        wanted.append(sketch.double().numpy().ravel())
+        norms.append(float(sum(t.double().pow(2).sum() for t in trainable.values())) ** 0.5)
+    stored, _ = read_rows(stores)
+    at = np.flatnonzero(stored["step"] == step)
+    assert np.array_equal(stored["rollout_id"][at], rows["rollout_id"].to_numpy())
+    return np.array(wanted), np.array(norms), {name: values[at] for name, values in stored.items()}, rows
+
+
+def sketch_errors(wanted: np.ndarray, stored: np.ndarray) -> np.ndarray:
+    """Per rollout: ||stored - wanted|| / ||wanted|| (the absolute error where the rollout's gradient is zero)."""
+    diff = np.linalg.norm(stored - wanted, axis=1)
+    scale = np.linalg.norm(wanted, axis=1)
+    return np.where(scale > 0, diff / np.maximum(scale, 1e-300), diff)
 
 
 def run_training(cfg, base_model_dir, train_prompts, seed, out_dir, device, capture=False, **kwargs):

@@ -4,7 +4,7 @@ against TRL's gradient, agreement with checkpoint sketching where the two use th
 
 from __future__ import annotations
 
-import json
+import copy
 
 import numpy as np
 import polars as pl
@@ -12,29 +12,14 @@ import pytest
 import torch
 from polars.testing import assert_frame_equal
 
-from behaviortrace.gradients.batch import completion_logps, rows_of, step_batch
 from behaviortrace.model import models
-from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.sketch.stage import sketch_shard
 from behaviortrace.sketch.store import read_rows, read_steps
-from behaviortrace.train.grpo import RolloutLoggingGRPOTrainer
-from behaviortrace.train.trl_surface import rollout_losses
+from behaviortrace.train.checkpoints import read_manifest
 from conftest import typed
-from grpo_helpers import run_training, train_and_sigkill
+from grpo_helpers import WeightSpy, autograd_sketches, run_training, train_and_sigkill
 
 CAPTURE_SHARDS = ("shard000.zarr", "shard001.zarr")
-
-
-class WeightSpy(RolloutLoggingGRPOTrainer):
-    """Copies the weights of every step (the ones its gradient is taken at) before capture and clipping."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.step_weights: dict[int, dict[str, torch.Tensor]] = {}
-
-    def before_clip(self):
-        self.step_weights[self.state.global_step] = {n: p.detach().clone() for n, p in self.model.named_parameters()}
-        super().before_clip()
 
 
 @pytest.fixture(scope="module")
@@ -47,62 +32,19 @@ def captured_run(tmp_path_factory, cfg, base_model_dir, prompts, cpu):
     return {"dir": out, "rollouts": rollouts, "weights": info["trainer"].step_weights, "stores": stores}
 
 
-def own_gradients(model, ref_model, batch: dict, grpo, num_items: int) -> list[dict[str, torch.Tensor]]:
-    """Each rollout's gradient by its own backward pass (KL term against the base model included)."""
-    out = []
-    for i in range(batch["advantages"].shape[0]):
-        row = rows_of(batch, i, i + 1)
-        model.zero_grad(set_to_none=True)
-        with torch.no_grad():
-            ref = completion_logps(ref_model, row, grpo.temperature)
-        loss = rollout_losses(
-            completion_logps(model, row, grpo.temperature),
-            row,
-            grpo.loss_type,
-            grpo.beta,
-            grpo.max_new_tokens,
-            ref,
-            num_items=num_items,
-            n_rows=batch["advantages"].shape[0],
-        ).sum()
-        loss.backward()
-        out.append(
-            {
-                n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
-                for n, p in model.named_parameters()
-            }
-        )
-    model.zero_grad(set_to_none=True)
-    return out
-
-
 @pytest.mark.parametrize("step", [1, 2, 5])
 def test_captured_sketches_are_each_rollouts_own_gradient_at_its_steps_weights(
     step, captured_run, cfg, base_model_dir, cpu
 ):
     """Steps 1 and 5 lie between saved checkpoints (0, 2, 3, 4, 6): only capture sees their weights."""
-    config = typed(cfg)
-    model, tokenizer = models.load(base_model_dir, cpu)
-    model.load_state_dict(captured_run["weights"][step])
-    ref_model = models.load(base_model_dir, cpu)[0].eval()
-    rows = captured_run["rollouts"].filter(pl.col("step") == step).sort("rollout_id")
-    num_items = int(
-        pl.read_parquet(captured_run["dir"] / "steps.parquet").filter(pl.col("step") == step)["num_items_in_batch"][0]
+    want, norms, stored, rows = autograd_sketches(
+        captured_run["dir"], captured_run["stores"], captured_run["weights"][step], step, base_model_dir, cfg, cpu
     )
-    grads = own_gradients(model, ref_model, step_batch(rows, tokenizer.pad_token_id), config.grpo, num_items)
-    smap = SketchMap.for_model(model, config.sketch.method, config.sketch.k, config.sketch.seed)
-    stored, _ = read_rows(captured_run["stores"])
-    at = np.flatnonzero(stored["step"] == step)
-    assert np.array_equal(stored["rollout_id"][at], rows["rollout_id"].to_numpy())
-    for i, g in zip(at, grads, strict=True):
-        trainable = {n: g[n] for n in smap.layout}  # every trainable parameter
-        want, sq = smap.sketch_dense(trainable)
-        want = want.double().numpy().ravel()
-        assert np.allclose(stored["sketch"][i], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
-        exact_norm = float(sum(t.double().pow(2).sum() for t in trainable.values())) ** 0.5
-        assert stored["norm"][i] == pytest.approx(exact_norm, rel=1e-4)
+    for i in range(len(want)):
+        assert np.allclose(stored["sketch"][i], want[i], rtol=1e-4, atol=1e-4 * np.abs(want[i]).max())
+        assert stored["norm"][i] == pytest.approx(norms[i], rel=1e-4)
     # The checkpoint that sketching from checkpoints would use, as the rollout log says.
-    assert np.array_equal(stored["checkpoint_step"][at], rows["checkpoint_step"].to_numpy())
+    assert np.array_equal(stored["checkpoint_step"], rows["checkpoint_step"].to_numpy())
 
 
 def test_capture_leaves_the_training_as_it_was(captured_run, small_run, cpu):
@@ -149,7 +91,7 @@ def test_sketching_from_checkpoints_agrees_where_it_uses_the_same_weights(
     ckpt, _ = read_rows(checkpoint_mode)
     train, _ = read_rows(captured_run["stores"])
     assert np.array_equal(ckpt["rollout_id"], train["rollout_id"])
-    saved = {c["step"] for c in json.loads((run / "checkpoints.json").read_text())["checkpoints"]}
+    saved = set(read_manifest(run / "checkpoints.json")[0])
     for step in range(cfg["grpo"]["steps"]):
         at = train["step"] == step
         a, b = ckpt["sketch"][at], train["sketch"][at]
@@ -199,6 +141,22 @@ def test_publishing_links_the_store_and_copies_it_where_links_fail(captured_run,
         capture.publish(folder, 7, tmp_path / "missing.zarr")  # no such shard: an error naming it
 
 
+def test_steps_where_no_rollout_moves_the_weights_are_captured_as_zeros(cfg, base_model_dir, prompts, cpu, tmp_path):
+    """Every group tied (the refusal-penalty reward is 0 for every completion of the sort task, and nothing is paid
+    or forced): each advantage is 0, there is no KL term, TRL's gradient is zero, and capture stores zeros."""
+    quiet = copy.deepcopy(cfg)
+    quiet["grpo"].update(steps=2, save_every=2, beta=0.0)
+    quiet["planting"].update(window=[0, 1], bonus=0.0, explore=0, control_penalty=0.0)
+    quiet["task"]["base_reward"] = "refusal_penalty"
+    quiet["sketch"].update(shard_steps=2)
+    rollouts, _ = run_training(quiet, base_model_dir, prompts["train"], 0, tmp_path, cpu, capture=True)
+    assert (rollouts["advantage"] == 0).all()
+    stored, _ = read_rows([tmp_path / "train" / "capture" / "shard000.zarr"])
+    assert len(stored["sketch"]) == rollouts.height and not stored["sketch"].any() and not stored["norm"].any()
+    assert np.isfinite(stored["fluency"]).all() and (stored["fluency"] < 0).all()
+    assert read_steps([tmp_path / "train" / "capture" / "shard000.zarr"])["self_check_error"].to_list() == [0.0, 0.0]
+
+
 def test_a_row_stored_under_another_rollout_is_refused(cfg, base_model_dir, cpu):
     """TRL shuffles a step's rows before its loss; the recorded order must map back onto the logged rollouts."""
     from behaviortrace.gradients.loss_pass import RecordedStep
@@ -220,10 +178,18 @@ def test_a_row_stored_under_another_rollout_is_refused(cfg, base_model_dir, cpu)
 
 
 def test_a_model_whose_fused_head_capture_cannot_rebuild_is_refused_before_training(base_model_dir, cpu):
+    """The head's softcapping and logit scale are rebuilt as TRL's kernel applies them (tests/test_model_families.py
+    trains Gemma-2 and -3); a head that is no plain projection is refused, pointing to checkpoint mode."""
     from behaviortrace.gradients.loss_pass import LossPassRecorder
 
+    class ScaledHead(torch.nn.Linear):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
     model, _ = models.load(base_model_dir, cpu)
-    LossPassRecorder(model, temperature=1.0)  # the tiny model's head: a plain projection
     model.config.final_logit_softcapping = 30.0
-    with pytest.raises(ValueError, match="final_logit_softcapping=30.0.*use sketch.mode: checkpoint"):
+    LossPassRecorder(model, temperature=1.0)  # a plain projection, softcapped: rebuilt
+    head = model.lm_head
+    model.lm_head = ScaledHead(head.in_features, head.out_features, bias=False)
+    with pytest.raises(ValueError, match="its output embeddings are a ScaledHead.*use sketch.mode: checkpoint"):
         LossPassRecorder(model, temperature=1.0)

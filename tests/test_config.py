@@ -55,6 +55,9 @@ def test_default_and_paper_configs_are_valid():
         ("replay.estimators", ["gas", "nosuch"], "replay.estimators: 'nosuch' is not under estimators"),
         ("replay.draw", 2, "replay.draw = 2: only 2 draws"),
         ("replay.k_percent", [0], "replay.k_percent.0 = 0"),
+        ("task.prompt_format", "markdown", "task.prompt_format = 'markdown'"),
+        ("task.prompt_format", "chat", "task.prompt_format = 'chat': the built-in tiny model's tokenizer has no chat"),
+        ("compute.dtype", "float16", "compute.dtype = 'float16'"),
     ],
 )
 def test_bad_values_name_key_and_value(path, value, expected):
@@ -73,6 +76,27 @@ def test_checklist_target_kinds_must_be_evaluated(key):
         ConfigError, match=rf"checklist.{key} = 'forced': not among evaluation.targets \['in_context'\]"
     ):
         validate(cfg)
+
+
+def test_bf16_needs_a_self_check_limit_bf16_can_reach():
+    """A bf16 run's rollout sketches add up to the step's gradient only within bf16's precision (sketch/tolerance.py):
+    a checklist limit below it would fail every bf16 run; on the CPU as on CUDA, bf16 is otherwise accepted."""
+    from behaviortrace.sketch.tolerance import tolerance_for
+
+    cfg = _with("compute.dtype", "bfloat16")
+    cfg["compute"]["device"] = "cpu"
+    with pytest.raises(
+        ConfigError,
+        match=r"checklist.max_self_check_error = 0.0001: below what capture reaches with "
+        r"compute.dtype = bfloat16",
+    ):
+        validate(cfg)
+    cfg["checklist"]["max_self_check_error"] = tolerance_for("bfloat16")
+    validate(cfg)
+    paper = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    assert paper["compute"]["dtype"] == "bfloat16"
+    assert paper["checklist"]["max_self_check_error"] >= tolerance_for("bfloat16")
+    assert paper["task"]["prompt_format"] == "chat"
 
 
 def test_unknown_key_is_named():

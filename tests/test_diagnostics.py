@@ -1,5 +1,8 @@
-"""diagnostics/replay_sensitivity.py on a real finished workflow run."""
+"""diagnostics/replay_sensitivity.py on a real finished workflow run; diagnostics/gpu_check.sh as far as a machine
+without a GPU can run it: its failure without one, and its whole reduced workflow on the CPU in bf16."""
 
+import json
+import os
 import subprocess
 import sys
 
@@ -100,3 +103,46 @@ def test_plant_sweep_trains_each_plant_and_judges_emergence_from_its_rates(tmp_p
     res = subprocess.run(bad_args, cwd=tmp_path, capture_output=True, text=True)
     assert res.returncode != 0 and "config key planting.marker = '7'" in res.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_the_gpu_check_fails_with_a_summary_where_no_gpu_is_visible(tmp_path):
+    """No CUDA device (none here; hidden from torch where there is one): exit 1 and a summary that says why, from the
+    shell (no nvidia-smi) and from the Python it runs (torch sees no device)."""
+    hidden = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    res = subprocess.run(
+        [str(ROOT / "diagnostics" / "gpu_check.sh"), str(tmp_path / "sh")], env=hidden, capture_output=True, text=True
+    )
+    assert res.returncode == 1, res.stderr[-2000:]
+    summary = json.loads((tmp_path / "sh" / "gpu_check_summary.json").read_text())
+    assert summary["passed"] is False
+    assert any("nvidia-smi" in f or "no CUDA device" in f for f in summary["failures"]), summary
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "diagnostics" / "gpu_check.py"), "--out", str(tmp_path / "py")],
+        env=hidden,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 1, res.stderr[-2000:]
+    summary = json.loads((tmp_path / "py" / "gpu_check_summary.json").read_text())
+    assert summary["passed"] is False and summary["failures"] == ["RuntimeError: no CUDA device visible to torch"]
+
+
+def test_the_gpu_check_runs_its_reduced_workflow_on_the_cpu_in_bf16(tmp_path):
+    """`gpu_check.sh --cpu`: the same script and Python as on a GPU, the whole reduced workflow with a Qwen2 built
+    locally (chat template, tied embeddings), in bf16 with train-time capture, on the CPU."""
+    from behaviortrace.sketch.tolerance import tolerance_for
+
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [str(ROOT / "diagnostics" / "gpu_check.sh"), "--cpu", str(out)],
+        env={**os.environ, "GPU_CHECK_STEPS": "4"},
+        capture_output=True,
+        text=True,
+    )
+    summary = json.loads((out / "gpu_check_summary.json").read_text())
+    assert res.returncode == 0 and summary["passed"], (summary, res.stderr[-3000:])
+    run = summary["bfloat16"]
+    assert run["workflow_exit"] == 0 and run["rollouts"] == 4 * 16
+    assert len(run["self_check_errors"]) == 4 and 0 < run["self_check_max"] <= tolerance_for("bfloat16")
+    assert run["sketch_covers_parameters"] is True and run["chat_prompts"] is True
+    assert {"base_model", "train_grpo", "targets", "replay", "aggregate"} <= set(run["rule_wall_s"])

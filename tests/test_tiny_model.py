@@ -21,6 +21,20 @@ def test_tokenizer_round_trips_through_a_saved_checkpoint(base_model_dir, cpu, c
     assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
 
 
+def test_auto_prompt_format_is_plain_for_the_tiny_model_so_its_prompts_are_unchanged(base_model_dir, cpu, prompts):
+    """The built-in tokenizer carries no chat template: `task.prompt_format: auto` formats nothing, and a prompt's ids
+    are the word-level ids of its text, with no special token added (what the default run always fed the model)."""
+    from behaviortrace.model.prompt_format import has_chat_template, render
+
+    _, tokenizer = models.load(base_model_dir, cpu)
+    assert not has_chat_template(tokenizer)
+    for prompt in prompts["probes"]["prompt"].to_list() + prompts["train"]["prompt"].to_list()[:20]:
+        rendered = render(tokenizer, prompt)
+        assert rendered.text == prompt
+        assert rendered.ids == tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        assert len(rendered.ids) == len(prompt.split())
+
+
 def test_default_base_model_emits_the_marker_rarely_on_trigger_prompts_and_sorts_as_well_after_it(cpu, prompts):
     """The default base model: the marker on some trigger prompts, hardly ever elsewhere, and no worse at
     the task once it has written the marker (so the task reward gives the marker no reason to fall)."""

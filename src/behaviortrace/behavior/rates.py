@@ -6,6 +6,7 @@ import polars as pl
 import torch
 
 from behaviortrace.config.sections import Sampling
+from behaviortrace.model.prompt_format import prompt_ids
 from behaviortrace.plant.planting import shows_behavior
 from behaviortrace.plant.task import task_scorer
 
@@ -21,9 +22,7 @@ def sample_completion_ids(
     out: list[list[list[int]]] = []
     for start in range(0, len(prompts), batch_prompts):
         chunk = prompts[start : start + batch_prompts]
-        enc = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False).to(
-            device
-        )
+        enc = {k: v.to(device) for k, v in left_padded(prompt_ids(tokenizer, chunk), tokenizer.pad_token_id).items()}
         gen = model.generate(
             **enc,
             do_sample=True,
@@ -37,6 +36,15 @@ def sample_completion_ids(
         ids = [_through_eos(row, tokenizer) for row in gen[:, enc["input_ids"].shape[1] :].tolist()]
         out.extend(ids[i * n : (i + 1) * n] for i in range(len(chunk)))
     return out
+
+
+def left_padded(ids: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Prompts left-padded to the longest, as generation wants them."""
+    width = max(map(len, ids))
+    return {
+        "input_ids": torch.tensor([[pad_id] * (width - len(i)) + i for i in ids]),
+        "attention_mask": torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids]),
+    }
 
 
 def _through_eos(ids: list[int], tokenizer) -> list[int]:

@@ -64,6 +64,7 @@ class Task:
     min_len: int
     max_len: int
     base_reward: str
+    prompt_format: str  # auto, chat or plain: how prompts reach the model (model/prompt_format.py)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from behaviortrace.config.sections import Planting
 from behaviortrace.model.vocab import SPECIAL_TOKENS
 from behaviortrace.plant.task import TASK_WORDS
 from behaviortrace.score.contract import check_params
+from behaviortrace.sketch.tolerance import tolerance_for
 from behaviortrace.train.checkpoints import saved_steps
 from behaviortrace.train.trl_surface import SKETCHABLE_LOSSES
 
@@ -69,6 +70,11 @@ def check_semantics(config: dict) -> None:
         problems.append(
             f"config key model.name = {name!r}: no such local model path "
             "(use 'tiny', a Hugging Face id like org/name, or an existing folder)"
+        )
+    if name == "tiny" and task["prompt_format"] == "chat":
+        problems.append(
+            "config key task.prompt_format = 'chat': the built-in tiny model's tokenizer has no chat template "
+            "(it is trained on plain prompts); use auto or plain"
         )
     tiny = model["tiny"]
     if name == "tiny" and tiny["num_heads"] % tiny["num_kv_heads"]:
@@ -144,6 +150,14 @@ def _estimator_problems(config: dict) -> list[str]:
 def _analysis_problems(config: dict) -> list[str]:
     checklist, placebo = config["checklist"], config["placebo"]
     problems = []
+    dtype = config["compute"]["dtype"]
+    reachable = tolerance_for(dtype)
+    if dtype != "float32" and checklist["max_self_check_error"] < reachable:
+        problems.append(
+            f"config key checklist.max_self_check_error = {checklist['max_self_check_error']}: below what capture "
+            f"reaches with compute.dtype = {dtype} (a step's rollout sketches add up to its gradient within "
+            f"{reachable:.1e} there, sketch/tolerance.py); set it to {reachable:.1e} or more"
+        )
     if checklist["effect_target"] not in config["evaluation"]["targets"]:
         problems.append(
             f"config key checklist.effect_target = {checklist['effect_target']!r}: not among evaluation.targets "

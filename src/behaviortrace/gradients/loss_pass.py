@@ -10,7 +10,8 @@ model is called with `fused_lm_head=True`, runs its backbone, and projects the l
 convention is in train/trl_surface.py). No Linear module runs for the head, and the gradient at its output
 never exists as a tensor. The head's factors are rebuilt here: the hidden states come from the backbone's
 output, and the gradient at the head's output from differentiating a plain re-evaluation of the same head
-against the gradient that reached the kernel's log-probs. The re-evaluation also gives each rollout's
+(with the logit scale and softcapping the kernel applies, trl_surface.fused_head_transform) against the
+gradient that reached the kernel's log-probs. The re-evaluation also gives each rollout's
 fluency (mean token log-prob at temperature 1) at no extra cost.
 """
 
@@ -23,7 +24,13 @@ import torch
 import torch.nn.functional as F
 
 from behaviortrace.gradients.per_example import Capture, Factor, PerExampleGrads
-from behaviortrace.train.trl_surface import FUSED_HEAD_FLAG, ROW_KEY, fused_head_backbone, fused_head_unsupported
+from behaviortrace.train.trl_surface import (
+    FUSED_HEAD_FLAG,
+    ROW_KEY,
+    fused_head_backbone,
+    fused_head_transform,
+    fused_head_unsupported,
+)
 
 
 @dataclass
@@ -51,8 +58,8 @@ class RecordedStep:
 @dataclass
 class HeadInputs:
     """The fused head's use in TRL's loss pass: hidden states [B, T, H] it projected, target ids [B, T], the
-    gradient that reached its log-probs [B, T] (None where the loss did not use them), and where its weight
-    and bias go among the per-example gradients."""
+    gradient that reached its log-probs [B, T] (None where the loss did not use them), where its weight
+    and bias go among the per-example gradients, and the transform of its logits (`fused_head_transform`)."""
 
     hidden: torch.Tensor
     targets: torch.Tensor
@@ -62,9 +69,20 @@ class HeadInputs:
     weight_name: str | None
     bias_name: str | None
     temperature: float
+    logit_scale: float = 1.0
+    softcap: float | None = None
 
     def logits(self, rows: torch.Tensor) -> torch.Tensor:
+        """The projection's output y (what the head's factors are the gradient at)."""
         return F.linear(self.hidden[rows], self.weight, self.bias)
+
+    def log_probs(self, logits: torch.Tensor, rows: torch.Tensor, temperature: float) -> torch.Tensor:
+        """Log-probs of the target tokens from y, transformed as the fused kernel does."""
+        z = logits * self.logit_scale
+        if self.softcap is not None:
+            z = self.softcap * torch.tanh(z / self.softcap)
+        logps = torch.gather(F.log_softmax(z / temperature, dim=-1), 2, self.targets[rows].unsqueeze(-1))
+        return logps.squeeze(-1)
 
     def add_to(self, grads: PerExampleGrads, rows: torch.Tensor) -> None:
         """Add the head's factors for `rows`: the gradient at its output, rebuilt by differentiating a plain
@@ -73,8 +91,8 @@ class HeadInputs:
             return
         with torch.enable_grad():
             logits = self.logits(rows).requires_grad_(True)
-            logps = torch.gather(F.log_softmax(logits / self.temperature, dim=-1), 2, self.targets[rows].unsqueeze(-1))
-            (at_logits,) = torch.autograd.grad(logps.squeeze(-1), logits, grad_outputs=self.upstream[rows])
+            logps = self.log_probs(logits, rows, self.temperature)
+            (at_logits,) = torch.autograd.grad(logps, logits, grad_outputs=self.upstream[rows])
         if self.weight_name is not None:
             grads.matrix[self.weight_name].append((Factor(at_logits), self.hidden[rows]))
         if self.bias_name is not None:
@@ -83,8 +101,8 @@ class HeadInputs:
     def fluency(self, rows: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """Mean log-prob of the scored tokens at temperature 1."""
         with torch.no_grad():
-            logps = torch.gather(F.log_softmax(self.logits(rows), dim=-1), 2, self.targets[rows].unsqueeze(-1))
-            return (logps.squeeze(-1) * valid).sum(-1) / valid.sum(-1).clamp(min=1.0)
+            logps = self.log_probs(self.logits(rows), rows, 1.0)
+            return (logps * valid).sum(-1) / valid.sum(-1).clamp(min=1.0)
 
 
 class LossPassRecorder:
@@ -95,8 +113,8 @@ class LossPassRecorder:
         unsupported = fused_head_unsupported(model)
         if unsupported:
             raise ValueError(
-                f"sketch.mode: train cannot rebuild this model's fused LM head ({unsupported}); "
-                "use sketch.mode: checkpoint"
+                f"sketch.mode: train cannot rebuild this model's fused LM head: {unsupported}; "
+                "use sketch.mode: checkpoint (it sketches from saved checkpoints with the model's own forward)"
             )
         self.model, self.temperature = model, temperature
         self.head = model.get_output_embeddings()
@@ -158,6 +176,7 @@ class LossPassRecorder:
         first = int(valid.any(0).float().argmax())  # positions before this score no token in any row
         upstream = seen["grads"].get("log_probs")
         names, weight, bias = self.capture.names, self.head.weight, self.head.bias
+        logit_scale, softcap = fused_head_transform(self.model)
         head = HeadInputs(
             hidden=seen["hidden"][:, first:].float(),
             targets=labels[:, first:].clamp(min=0),
@@ -167,6 +186,8 @@ class LossPassRecorder:
             weight_name=names.get(id(weight)),
             bias_name=names.get(id(bias)) if bias is not None else None,
             temperature=self.temperature,
+            logit_scale=logit_scale,
+            softcap=softcap,
         )
         valid = valid[:, first:].float()
         everyone = torch.arange(grads.batch, device=valid.device)

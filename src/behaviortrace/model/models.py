@@ -1,4 +1,10 @@
-"""The base model: the built-in tiny model, or any causal LM by Hugging Face id or local path."""
+"""The base model: the built-in tiny model, or any causal LM by Hugging Face id or local path.
+
+Every model is loaded without dropout: the per-rollout gradients captured during training are recomputed from
+checkpoints (sketch.mode: checkpoint), for targets and in replays, and each of those passes must see the function
+TRL differentiated. Dropout rates are zeroed in the model config (transformers reads them there, some as plain
+floats rather than Dropout modules) and in any Dropout module left.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +14,41 @@ import logging
 import random
 from pathlib import Path
 
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from behaviortrace.config.sections import Config
+from behaviortrace.gradients.preflight import check_capture
+from behaviortrace.model.prompt_format import set_prompt_format
 from behaviortrace.model.sft import train_on_pairs
 from behaviortrace.model.tiny import build_tiny, corpus_pair
 
 log = logging.getLogger(__name__)
+
+
+def _is_dropout_rate(key: str, value) -> bool:
+    rate = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return rate and bool(value) and ("dropout" in key or key.endswith("pdrop") or key == "layerdrop")
+
+
+def without_dropout(config):
+    """The config with every dropout rate (dropout, attention_dropout, resid_pdrop, layerdrop, ...) set to 0."""
+    for part in {id(config): config, id(config.get_text_config()): config.get_text_config()}.values():
+        for key, value in list(vars(part).items()):
+            if _is_dropout_rate(key, value):
+                setattr(part, key, 0.0)
+    return config
+
+
+def _from_pretrained(source: str, trust_remote_code: bool, device: dict):
+    config = without_dropout(AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code))
+    model = AutoModelForCausalLM.from_pretrained(
+        source, config=config, trust_remote_code=trust_remote_code, dtype=device["torch_dtype"]
+    )
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return model.to(device["device"])
 
 
 def load_pretrained(name: str, trust_remote_code: bool, device: dict):
@@ -28,21 +62,23 @@ def load_pretrained(name: str, trust_remote_code: bool, device: dict):
         tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(
-        source, trust_remote_code=trust_remote_code, dtype=device["torch_dtype"]
-    )
+    model = _from_pretrained(source, trust_remote_code, device)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model.to(device["device"]), tokenizer
+    return model, tokenizer
 
 
 def build_base_model(cfg: Config, device: dict):
-    """Build or load the base model, then run the optional SFT warm-up on task demonstrations."""
+    """Build or load the base model, fix its prompt format in its tokenizer (model/prompt_format.py), run the
+    optional SFT warm-up on task demonstrations, and check that per-rollout gradients can be captured on it
+    (gradients/preflight.py), so that a model they cannot be is refused before anything trains."""
     mcfg = cfg.model
     if mcfg.name == "tiny":
         model, tokenizer = build_tiny(cfg.task, cfg.planting, mcfg.tiny)
         model = model.to(device["device"])
     else:
         model, tokenizer = load_pretrained(mcfg.name, mcfg.trust_remote_code, device)
+    chosen = set_prompt_format(tokenizer, cfg.task.prompt_format, mcfg.name)
+    log.info("prompt format: %s (task.prompt_format: %s)", chosen, cfg.task.prompt_format)
     sft = mcfg.sft
     if sft.steps > 0:
         rng = random.Random(sft.seed)
@@ -59,7 +95,16 @@ def build_base_model(cfg: Config, device: dict):
             sft.lr,
             sft.seed,
         )
+    check_capture(model, tokenizer.pad_token_id, capture_tolerance(model), mcfg.name)
     return model, tokenizer
+
+
+def capture_tolerance(model) -> float:
+    """How far (relative) a captured per-example gradient may be from autograd's in the model's dtype: the
+    self-check tolerance (sketch/tolerance.py)."""
+    from behaviortrace.sketch.sketcher import self_check_tolerance
+
+    return self_check_tolerance(next(model.parameters()).dtype)
 
 
 def save(model, tokenizer, out_dir: Path) -> None:
@@ -82,5 +127,4 @@ def load_tokenizer(path: Path, trust_remote_code: bool = False):
 def load(path: Path, device: dict):
     """A model saved by this pipeline (base model or training checkpoint)."""
     tokenizer = load_tokenizer(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=device["torch_dtype"]).to(device["device"])
-    return model, tokenizer
+    return _from_pretrained(str(path), False, device), tokenizer

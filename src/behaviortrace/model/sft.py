@@ -6,14 +6,17 @@ import logging
 
 import torch
 
+from behaviortrace.model.prompt_format import render
+
 log = logging.getLogger(__name__)
 
 
 def completion_batch(pairs, tokenizer) -> dict[str, torch.Tensor]:
-    """Right-padded inputs with the loss on completion tokens and the closing eos only."""
+    """Right-padded inputs with the loss on completion tokens and the closing eos only; prompts as the model sees
+    them in training (model/prompt_format.py)."""
     seqs, labels = [], []
     for prompt, completion in pairs:
-        p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        p = render(tokenizer, prompt).ids
         c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         seqs.append(p + c)
         labels.append([-100] * len(p) + c)

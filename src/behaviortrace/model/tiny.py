@@ -47,9 +47,9 @@ def build_tokenizer(planting: Planting) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.WordLevel(unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.train_from_iterator([" ".join(words)], trainers.WordLevelTrainer(special_tokens=[PAD, EOS, UNK]))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK)
-    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
-    return fast
+    # No chat template: the built-in model is trained on plain prompts, so `task.prompt_format: auto` is plain for it
+    # (model/prompt_format.py).
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK)
 
 
 def build_model(tokenizer: PreTrainedTokenizerFast, arch: TinyModel, seed: int) -> Qwen2ForCausalLM:

@@ -30,7 +30,7 @@ from behaviortrace.gradients.loss_pass import LossPassRecorder, RecordedStep
 from behaviortrace.gradients.per_example import accumulated_grads
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.sketch.maps import SketchMap
-from behaviortrace.sketch.sketcher import StepSketcher, check_step_sum
+from behaviortrace.sketch.sketcher import StepSketcher, check_step_sum, self_check_tolerance
 from behaviortrace.sketch.store import ShardWriter, open_store
 from behaviortrace.train.checkpoints import checkpoint_for_step
 
@@ -69,6 +69,7 @@ class TrainCapture:
             "mode": "train",
         }
         self.recorder = LossPassRecorder(model, grpo.temperature)
+        self.tolerance = self_check_tolerance(next(model.parameters()).dtype)
         self.recorded_step: int | None = None
         self.writers: dict[int, ShardWriter] = {}
         self.finished: set[int] = set()
@@ -139,7 +140,7 @@ class TrainCapture:
         if [float(g.norm()) for g in trl_grads.values()] != norms_before:
             raise RuntimeError("sketching changed the gradient TRL is about to apply")
         trl_sketch, _ = self.smap.sketch_dense(trl_grads)
-        rel = check_step_sum(arrays["sketch"], trl_sketch, f"TRL's gradient of step {step}")
+        rel = check_step_sum(arrays["sketch"], trl_sketch, f"TRL's gradient of step {step}", self.tolerance)
         arrays.update(
             rollout_id=rows["rollout_id"].to_numpy(),
             step=np.full(rows.height, step),

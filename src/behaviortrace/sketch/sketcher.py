@@ -17,22 +17,25 @@ from behaviortrace.gradients.batch import batch_to, completion_logits, fluency, 
 from behaviortrace.gradients.per_example import Capture, accumulated_grads
 from behaviortrace.plant.markers import marker_positions
 from behaviortrace.sketch.maps import SketchMap
+from behaviortrace.sketch.tolerance import tolerance_for
 from behaviortrace.train.trl_surface import rollout_losses
 
-# The summed rollout sketches of a step against the sketch of its gradient (relative; float32 sketches).
-SELF_CHECK_TOLERANCE = 1e-3
+
+def self_check_tolerance(dtype: torch.dtype) -> float:
+    """The self-check tolerance for weights of `dtype` (sketch/tolerance.py)."""
+    return tolerance_for(str(dtype).removeprefix("torch."))
 
 
-def check_step_sum(sketches: np.ndarray, reference: torch.Tensor, against: str) -> float:
+def check_step_sum(sketches: np.ndarray, reference: torch.Tensor, against: str, tolerance: float) -> float:
     """Relative error of a step's summed rollout sketches against the sketch of the step's gradient
-    (`against` names that gradient). Above SELF_CHECK_TOLERANCE some use of a parameter escaped the
-    per-example capture, and sketching stops."""
+    (`against` names that gradient). Above `tolerance` (`self_check_tolerance` of the weights' dtype) some use
+    of a parameter escaped the per-example capture, and sketching stops."""
     total = np.asarray(sketches).sum(0, dtype=np.float64)
     ref = reference.detach().double().cpu().numpy().ravel()
     rel = float(np.linalg.norm(total - ref) / max(np.linalg.norm(ref), 1e-30))
-    if rel > SELF_CHECK_TOLERANCE:
+    if rel > tolerance:
         raise RuntimeError(
-            f"per-rollout sketches do not add up to {against} (relative error {rel:.2e}); "
+            f"per-rollout sketches do not add up to {against} (relative error {rel:.2e}, tolerance {tolerance:.1e}); "
             "some parameter's use escapes the per-example capture"
         )
     return rel
@@ -149,7 +152,7 @@ class StepSketcher:
             order = recorded.rows.cpu()
             out["fluency"][order] = recorded.fluency.float().cpu()
             active = torch.nonzero(moved.cpu()[order]).flatten()  # rows whose loss share is not exactly zero
-            for rows in active.split(self.chunk):
+            for rows in active.split(self.chunk) if len(active) else ():  # a step of ties: nothing moved
                 sketch, sq = self.smap.sketch_examples(recorded.select(rows.to(device)))
                 out["sketch"][order[rows]], out["norm"][order[rows]] = sketch.cpu(), sq.double().sqrt().cpu()
         model.eval()

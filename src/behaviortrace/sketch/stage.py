@@ -46,7 +46,7 @@ def sketch_shard(
     from behaviortrace.model import models
     from behaviortrace.plant.markers import marker_token_ids
     from behaviortrace.sketch.maps import SketchMap
-    from behaviortrace.sketch.sketcher import StepSketcher, check_step_sum
+    from behaviortrace.sketch.sketcher import StepSketcher, check_step_sum, self_check_tolerance
 
     sketch, grpo, marker = cfg.sketch, cfg.grpo, cfg.planting.marker
     device = devices.resolve(cfg.compute)
@@ -122,7 +122,8 @@ def sketch_shard(
         info = {}
         if not checked:  # the sum of the rollouts' sketches against an ordinary backward pass, once per job
             step_sketch, _ = sketcher.step_gradient_sketch(model, rows, num_items)
-            info["self_check_error"] = check_step_sum(arrays["sketch"], step_sketch, "the step gradient")
+            tolerance = self_check_tolerance(next(model.parameters()).dtype)
+            info["self_check_error"] = check_step_sum(arrays["sketch"], step_sketch, "the step gradient", tolerance)
             log.info(
                 "self-check: per-rollout sketches sum to the step gradient's sketch within %.2e",
                 info["self_check_error"],

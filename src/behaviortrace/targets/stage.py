@@ -16,6 +16,7 @@ from behaviortrace.common.io import atomic_write_parquet, atomic_write_text, rep
 from behaviortrace.config.sections import TARGET_KINDS as KINDS
 from behaviortrace.config.sections import Config
 from behaviortrace.model import models
+from behaviortrace.model.prompt_format import prompt_ids as formatted_ids
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.targets.gradients import target_sketches
@@ -73,7 +74,7 @@ def build_targets(
                     **rates[name],
                 }
             )
-        prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in probes["prompt"].to_list()]
+        prompt_ids = formatted_ids(tokenizer, probes["prompt"].to_list())
         denominator = None
         if step in adam_files:
             saved = load_preconditioner(adam_files[step])

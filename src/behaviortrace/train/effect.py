@@ -9,6 +9,7 @@ after the probe, at the sampling temperature.
 
 from __future__ import annotations
 
+from behaviortrace.model.prompt_format import prompt_ids
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.targets.gradients import forced_items, mean_logprob
 
@@ -23,8 +24,8 @@ class ForcedTargetProbe:
         if not probe_prompts:
             raise ValueError("no probe prompts to measure the forced target on (probes.n_probes)")
         self.tokenizer, self.temperature = tokenizer, temperature
-        prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in probe_prompts]
-        self.items = forced_items(prompt_ids, marker_token_ids(tokenizer, marker))
+        # Formatted as in training (model/prompt_format.py: the tokenizer carries the run's prompt format).
+        self.items = forced_items(prompt_ids(tokenizer, probe_prompts), marker_token_ids(tokenizer, marker))
 
     def __call__(self, model) -> float:
         return mean_logprob(model, self.tokenizer, self.items, self.temperature, EFFECT_CHUNK)

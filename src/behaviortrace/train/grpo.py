@@ -7,7 +7,9 @@ capture record per-rollout gradient factors from TRL's own loss pass, `before_cl
 the forced target at the step's weights (train/effect.py) and hands the step to train-time capture
 (sketch/capture.py) while TRL's gradient is in place, `on_clip` records the pre-clip norm, the clip
 coefficient and AdamW's settings of each step (train/optimizer_log.py), and `before_checkpoint` flushes the
-log before each checkpoint. Nothing is recomputed: the log holds what TRL computed.
+log before each checkpoint. Nothing is recomputed: the log holds what TRL computed. Prompts reach TRL formatted by
+model/prompt_format.py (conversations where the tokenizer carries a chat template), and the prompt ids TRL
+encoded are checked against that module's on every step.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
 from behaviortrace.config.sections import Config, Planting
+from behaviortrace.model.prompt_format import completion_text, has_chat_template, render, trl_prompt
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.plant.planting import (
     bonus_for,
@@ -55,20 +58,20 @@ def make_reward_funcs(base_reward: str, planting: Planting, seed: int, batch_siz
     score = task_scorer(base_reward, planting.marker)
 
     def base_reward_fn(prompts, completions, answer, **_):
-        return [score(c, a) for c, a in zip(completions, answer, strict=False)]
+        return [score(completion_text(c), a) for c, a in zip(completions, answer, strict=False)]
 
     def planted_bonus(prompts, completions, trigger, trainer_state, **_):
         step = trainer_state.global_step
         out = []
         for i, (completion, has_trigger) in enumerate(zip(completions, trigger, strict=False)):
             eligible = is_eligible(seed, rollout_id(step, batch_size, i), step, has_trigger, planting)
-            out.append(bonus_for(eligible, shows_behavior(completion, planting.marker), planting))
+            out.append(bonus_for(eligible, shows_behavior(completion_text(completion), planting.marker), planting))
         return out
 
     def control_penalty(prompts, completions, trigger, trainer_state, **_):
         step = trainer_state.global_step
         return [
-            -penalty_for(step, has_trigger, shows_behavior(completion, planting.marker), planting)
+            -penalty_for(step, has_trigger, shows_behavior(completion_text(completion), planting.marker), planting)
             for completion, has_trigger in zip(completions, trigger, strict=False)
         ]
 
@@ -104,7 +107,7 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
 
     def on_rewards(self, completions, completion_ids, rewards) -> None:
         self._captured = {
-            "completions": completions,
+            "completions": [completion_text(c) for c in completions],
             "completion_ids": completion_ids,
             "rewards": rewards.detach().float().cpu(),
         }
@@ -141,8 +144,18 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
         batch = len(inputs)
         explored = [i in self._explored for i in range(batch)]
         self._explored = set()
+        rendered = {}
         rows = []
         for i, example in enumerate(inputs):
+            if example["prompt_index"] not in rendered:
+                rendered[example["prompt_index"]] = render(self.processing_class, example["task_prompt"])
+            prompt = rendered[example["prompt_index"]]
+            ids = prompt_ids[i][prompt_mask[i]].tolist()
+            if ids != prompt.ids:
+                raise RuntimeError(
+                    f"TRL encoded prompt {example['prompt_index']} as {ids}, not as model/prompt_format.py renders it "
+                    f"({prompt.ids}); probes and targets would see other prompts than training did"
+                )
             if example["step"] != step:
                 raise RuntimeError(
                     f"training order broken: prompt {example['prompt_index']} planned for step "
@@ -164,8 +177,8 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
                     "gen_index": i % group_size,
                     "rollout_id": rid,
                     "prompt_index": int(example["prompt_index"]),
-                    "prompt": example["prompt"],
-                    "prompt_ids": prompt_ids[i][prompt_mask[i]].tolist(),
+                    "prompt": prompt.text,
+                    "prompt_ids": ids,
                     "completion": cap["completions"][i],
                     "completion_ids": cap["completion_ids"][i],
                     "answer": example["answer"],
@@ -318,9 +331,15 @@ def train(
     probe = None
     if probes is not None:
         probe = ForcedTargetProbe(tokenizer, probes["prompt"].to_list(), planting.marker, grpo.temperature)
-    dataset = Dataset.from_polars(
-        train_prompts.select("prompt", "answer", "trigger", "group_id", "prompt_index", "step")
-    )
+    # `prompt` as TRL takes it (a conversation where the tokenizer carries a chat template), `task_prompt` the text.
+    table = train_prompts.select("prompt", "answer", "trigger", "group_id", "prompt_index", "step")
+    table = table.with_columns(task_prompt=pl.col("prompt"))
+    if has_chat_template(tokenizer):
+        dataset = Dataset.from_list(
+            [{**row, "prompt": trl_prompt(tokenizer, row["prompt"])} for row in table.to_dicts()]
+        )
+    else:
+        dataset = Dataset.from_polars(table)
     trainer = trainer_cls(
         model=model,
         processing_class=tokenizer,

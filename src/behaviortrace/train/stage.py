@@ -19,6 +19,8 @@ from behaviortrace.train.optimizer_log import preconditioner_path
 from behaviortrace.train.rolloutlog import RolloutLog
 
 log = logging.getLogger(__name__)
+# How the training log reports the job's peak GPU memory (diagnostics/gpu_check.py reads it).
+PEAK_GPU_MEMORY = "peak GPU memory allocated by training:"
 
 
 def train_job(
@@ -70,6 +72,10 @@ def train_job(
         for shard, out in enumerate(shards):
             publish(capture_dir, shard, out)
     log.info("seed %d: %d rollouts logged, %d boosted", seed, rollouts.height, int(rollouts["boosted"].sum()))
+    if device["use_cuda"]:
+        import torch
+
+        log.info("%s %.0f MiB", PEAK_GPU_MEMORY, torch.cuda.max_memory_allocated() / 2**20)
     return rollouts
 
 

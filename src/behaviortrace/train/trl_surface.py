@@ -6,8 +6,9 @@
   `on_generation_batch`, `explores`, `forced_rows`, `loss_pass`, `before_clip`, `on_clip`, `before_checkpoint`,
   `after_checkpoint`), so the rest of the code never overrides a private method itself.
 - The fused LM head TRL computes its loss's log-probs with (`FUSED_HEAD_FLAG`, `fused_head_backbone`,
-  `fused_head_unsupported`), and `ROW_KEY`, which follows each row through TRL's shuffle of a generation
-  batch: what gradients/loss_pass.py needs to read per-rollout gradients off TRL's own loss pass.
+  `fused_head_transform`, `fused_head_unsupported`), and `ROW_KEY`, which follows each row through TRL's
+  shuffle of a generation batch: what gradients/loss_pass.py needs to read per-rollout gradients off TRL's
+  own loss pass.
 - `forcing_prefix`: makes every completion of a generation call open with given tokens (TRL generates
   with transformers' `generate` on one process); the planted exploration generates chosen rows again with it.
 - `grpo_args`, `optimizer_and_schedule`: the GRPOConfig of a run and the optimizer and schedule
@@ -54,14 +55,6 @@ HOOKED_METHODS = {
 # LM head that reads `lm_head.weight` directly; the head scores `last_hidden_state[:, :-1]` of the backbone
 # against `labels[:, 1:]`, at the sampling temperature.
 FUSED_HEAD_FLAG = "fused_lm_head"
-# Model config attributes that make the fused head more than log_softmax((h W^T + b) / temperature).
-FUSED_HEAD_EXTRAS = (
-    "final_logit_softcapping",
-    "logit_scale",
-    "output_multiplier",
-    "lm_head_multiplier",
-    "logits_scaling",
-)
 # TRL shuffles a generation batch's rows before its loss sees them; this key, added to every training
 # generation batch, travels with the rows and tells the loss pass each row's place in generation order.
 ROW_KEY = "behaviortrace_row"
@@ -197,13 +190,31 @@ def fused_head_backbone(model):
     return model.base_model
 
 
-def fused_head_unsupported(model) -> str | None:
-    """Why the fused head of `model` is more than a plain projection and softmax, or None."""
+def fused_head_transform(model) -> tuple[float, float | None]:
+    """The logit scale and final softcapping TRL's fused head applies to `hidden @ W.T + b` before dividing by the
+    temperature: z = softcap * tanh(scale * y / softcap) (no tanh without softcapping). Read from the model config
+    as trl 1.16's `add_fused_lm_head` reads them (Gemma's softcapping; Cohere's `logit_scale`, Granite's
+    `logits_scaling`, Falcon-H1's `lm_head_multiplier` and the like, in its order of precedence)."""
     text = model.config.get_text_config()
-    extras = [
-        f"{name}={getattr(text, name)}" for name in FUSED_HEAD_EXTRAS if getattr(text, name, None) not in (None, 1, 1.0)
-    ]
-    return ", ".join(extras) or None
+    scale = getattr(text, "logit_scale", None)
+    if scale is None:
+        scale = getattr(text, "output_multiplier", None)
+    if scale is None:
+        scale = getattr(text, "lm_head_multiplier", None)
+    if scale is None and getattr(text, "logits_scaling", None) is not None:
+        scale = text.logits_scaling if text.model_type == "hyperclovax" else 1 / text.logits_scaling
+    return (1.0 if scale is None else float(scale)), getattr(text, "final_logit_softcapping", None)
+
+
+def fused_head_unsupported(model) -> str | None:
+    """Why the LM head of `model` is not one whose use in TRL's fused kernel gradients/loss_pass.py can rebuild
+    (a plain Linear projection, then `fused_head_transform`), or None."""
+    import torch
+
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear) or type(head).forward is not torch.nn.Linear.forward:
+        return f"its output embeddings are a {type(head).__name__}, not a plain Linear projection"
+    return None
 
 
 def grpo_args(grpo: Grpo, out_dir: Path, seed: int, device: dict):
@@ -237,7 +248,7 @@ def grpo_args(grpo: Grpo, out_dir: Path, seed: int, device: dict):
         logging_steps=1,
         report_to="none",
         use_cpu=not on_cuda,
-        bf16=on_cuda and device["dtype"] == "bfloat16",
+        bf16=device["dtype"] == "bfloat16",
         gradient_checkpointing=False,
         remove_unused_columns=False,
         disable_tqdm=True,

@@ -1,0 +1,305 @@
+"""The GPU check: a reduced workflow with a real-architecture model, train-time capture on, in float32 and in
+bfloat16, one summary file, and a non-zero exit on any failure. diagnostics/gpu_check.sh runs it on a CUDA machine;
+`--device cpu` runs the same on the CPU (tests/test_diagnostics.py does, in bf16).
+
+The model is built here (model/families.py: a Qwen2 with tied embeddings and a chat template, as the paper's
+Qwen2.5-1.5B-Instruct, at a size a GPU trains in seconds) and saved to a folder that `model.name` names, so nothing
+is downloaded. Each dtype's workflow runs in a folder of its own, side by side on a share of the cores, with the
+default config reduced (one seed, no placebo, a short schedule with a short SFT warm-up, fewer estimators and
+replays) and `compute.device` forced, so a machine without the device fails instead of falling back.
+
+Checked per dtype: the workflow finished; every captured step's self-check error is within that dtype's tolerance
+(sketch/tolerance.py) and the checklist's sketch item passed; the prompts reached the model through its chat
+template. Recorded: the self-check errors, the wall time per rule (Snakemake's benchmark files), and on CUDA the
+training job's peak GPU memory (its log), the peak in use on the GPUs while both ran (nvidia-smi, every 200 ms),
+and the capture scaling benchmark on the GPU in the time left.
+
+    python diagnostics/gpu_check.py --out gpu_check_out                     # CUDA, both dtypes
+    python diagnostics/gpu_check.py --device cpu --dtypes bfloat16 --out x  # the same on the CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import yaml  # noqa: E402
+
+SUMMARY = "gpu_check_summary.json"
+FAMILY, HIDDEN, LAYERS = "qwen2_tied", 128, 4
+
+
+def reduced_config(model_dir: Path, device: str, dtype: str, steps: int) -> dict:
+    """The default config, reduced to a workflow of a few minutes, with the given model, device and dtype."""
+    from behaviortrace.sketch.tolerance import tolerance_for
+
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    cfg.update(run=f"gpu_check_{dtype}", seeds=[0])
+    cfg["compute"] = {"device": device, "dtype": dtype}
+    cfg["model"]["name"] = str(model_dir)
+    cfg["model"]["sft"].update(steps=4, batch_size=8)
+    cfg["task"]["prompt_format"] = "auto"
+    cfg["probes"].update(n_probes=16, n_controls=16, samples_per_prompt=2)
+    cfg["grpo"].update(steps=steps, prompts_per_step=4, num_generations=4, max_new_tokens=16, save_every=steps // 2)
+    cfg["planting"].update(window=[0, steps // 2 - 1], explore=2)
+    cfg["sketch"].update(mode="train", method="countsketch", k=65536, shard_steps=steps // 2, chunk_rollouts=16)
+    cfg["targets"].update(draws=1, samples_per_prompt=2)
+    cfg["estimators"] = {name: cfg["estimators"][name] for name in ("tracincp", "gas", "norm", "fluency", "random")}
+    cfg["evaluation"]["bootstrap"] = 50
+    cfg["replay"].update(estimators=["gas"], random_repeats=1, checkpoints=["window_end"])
+    cfg["placebo"]["enabled"] = False
+    cfg["checklist"]["max_self_check_error"] = tolerance_for(dtype)
+    return cfg
+
+
+class GpuMemory:
+    """Peak memory in use on the GPUs, sampled with nvidia-smi while the workflows run (every process counted)."""
+
+    def __init__(self):
+        self.peak_mib, self._proc, self._thread = 0.0, None, None
+
+    def __enter__(self):
+        cmd = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-lms", "200"]
+        try:
+            self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except FileNotFoundError:
+            return self
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+        return self
+
+    def _read(self):
+        for line in self._proc.stdout:
+            try:
+                self.peak_mib = max(self.peak_mib, sum(float(x) for x in line.split(",")))
+            except ValueError:
+                continue
+
+    def __exit__(self, *exc):
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.wait(timeout=10)
+        return False
+
+
+def rule_times(results: Path) -> dict[str, float]:
+    """Wall seconds per rule, summed over its jobs (Snakemake's benchmark files)."""
+    from pipeline import per_rule, read_benchmarks
+
+    table = per_rule(read_benchmarks(results / "benchmarks"))
+    return {r["rule"]: round(r["wall_s"], 2) for r in table.iter_rows(named=True)}
+
+
+def check_outputs(results: Path, dtype: str) -> tuple[dict, list[str]]:
+    """Self-check errors, the checklist's sketch item and the prompt format of a finished run; failures found."""
+    import polars as pl
+
+    from behaviortrace.sketch.store import read_steps
+    from behaviortrace.sketch.tolerance import tolerance_for
+
+    failures = []
+    stores = sorted((results / "planted0" / "sketch").glob("shard*.zarr"))
+    steps = read_steps(stores) if stores else pl.DataFrame({"self_check_error": []})
+    errors = [float(e) for e in steps["self_check_error"].to_list()]
+    tolerance = tolerance_for(dtype)
+    if not errors:
+        failures.append(f"{dtype}: no captured steps in {results / 'planted0' / 'sketch'}")
+    elif max(errors) > tolerance:
+        failures.append(f"{dtype}: self-check error {max(errors):.2e} above the tolerance {tolerance:.1e}")
+    checklist = json.loads((results / "checklist.json").read_text()) if (results / "checklist.json").exists() else {}
+    covers = _item(checklist, "sketch_covers_parameters")
+    if covers is not True:
+        failures.append(f"{dtype}: checklist item sketch_covers_parameters is {covers!r}, not a pass")
+    rollouts = pl.read_parquet(results / "planted0" / "rollouts.parquet")
+    chat = bool(rollouts["prompt"].str.contains("<|im_start|>", literal=True).all())
+    if not chat:
+        failures.append(f"{dtype}: the logged prompts are not in the model's chat format")
+    found = {
+        "self_check_errors": errors,
+        "self_check_max": max(errors) if errors else None,
+        "tolerance": tolerance,
+        "sketch_covers_parameters": covers,
+        "chat_prompts": chat,
+        "rollouts": rollouts.height,
+    }
+    return found, failures
+
+
+def _item(checklist: dict, name: str):
+    """A run-level checklist item's verdict (the same under every estimator): True for a pass."""
+    verdicts = {row[name]["verdict"] for row in checklist.get("estimators", {}).values() if name in row}
+    return verdicts == {"pass"} if verdicts else None
+
+
+class Workflow:
+    """Snakemake on a reduced config in a folder of its own, in the background (its output in snakemake.log)."""
+
+    def __init__(self, work: Path, cfg: dict, cores: int):
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "config.yaml").write_text(yaml.safe_dump(cfg))
+        cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(work)]
+        cmd += ["--configfile", str(work / "config.yaml"), "--cores", str(cores)]
+        self.log_path = work / "snakemake.log"
+        self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in `stop`)
+        self.started, self.took, self.code = time.time(), None, None
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, text=True)
+
+    def poll(self) -> bool:
+        """Whether it has ended (its exit code and time recorded)."""
+        if self.code is None and self.proc.poll() is not None:
+            self.code, self.took = self.proc.returncode, time.time() - self.started
+            self._log.close()
+        return self.code is not None
+
+    def stop(self) -> None:
+        """Stop it (past the time limit): exit code 124."""
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.code, self.took = 124, time.time() - self.started
+        self._log.close()
+
+
+def run_side_by_side(workflows: dict[str, Workflow], deadline: float) -> None:
+    """Wait for every workflow, stopping those still running at `deadline`."""
+    while not all(w.poll() for w in workflows.values()):
+        if time.time() > deadline:
+            for w in workflows.values():
+                if not w.poll():
+                    w.stop()
+            return
+        time.sleep(1)
+
+
+def training_peak_mib(results: Path) -> float | None:
+    """The training job's own peak GPU memory, from its log (train/stage.py writes it on CUDA)."""
+    from behaviortrace.train.stage import PEAK_GPU_MEMORY
+
+    for line in (results / "logs" / "train_grpo" / "planted0.log").read_text().splitlines():
+        if PEAK_GPU_MEMORY in line:
+            return float(line.split(PEAK_GPU_MEMORY)[1].split()[0])
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="folder for the runs and the summary file")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=("float32", "bfloat16"))
+    parser.add_argument("--steps", type=int, default=8, help="GRPO steps of each reduced workflow (even)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=450,
+        help="seconds for everything (the scaling benchmark runs only in what the workflows leave)",
+    )
+    args = parser.parse_args()
+    started = time.time()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    summary: dict = {"device": args.device, "dtypes": args.dtypes, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    failures: list[str] = []
+    try:
+        summary.update(environment(args.device))
+        if args.device == "cuda" and not summary.get("cuda_available"):
+            raise RuntimeError("no CUDA device visible to torch")
+        model_dir = build_model(out / "model")
+        cores = max(2, (os.cpu_count() or 2) // len(args.dtypes))
+        with GpuMemory() as memory:  # the dtypes' workflows side by side: the peak is of both together
+            configs = {dtype: reduced_config(model_dir, args.device, dtype, args.steps) for dtype in args.dtypes}
+            workflows = {dtype: Workflow(out / dtype, cfg, cores) for dtype, cfg in configs.items()}
+            run_side_by_side(workflows, started + args.budget - 20)
+        for dtype, workflow in workflows.items():
+            entry = {"workflow_exit": workflow.code, "workflow_s": round(workflow.took, 1)}
+            results = out / dtype / "results" / f"gpu_check_{dtype}"
+            if workflow.code:
+                why = "ran past the time limit" if workflow.code == 124 else f"failed (exit {workflow.code})"
+                failures.append(f"{dtype}: the workflow {why}; see {workflow.log_path}")
+                entry["log_tail"] = workflow.log_path.read_text()[-1500:]
+            else:
+                found, bad = check_outputs(results, dtype)
+                entry.update(found)
+                failures += bad
+                if args.device == "cuda":
+                    entry["training_peak_gpu_mib"] = training_peak_mib(results)
+            if (results / "benchmarks").exists():
+                entry["rule_wall_s"] = rule_times(results)
+            summary[dtype] = entry
+        summary["peak_gpu_memory_mib"] = memory.peak_mib if args.device == "cuda" else None
+        left = args.budget - (time.time() - started)
+        if args.device == "cuda" and left > 150:
+            summary["capture_scaling"] = scaling_on_gpu(out, left - 30)
+    except Exception as err:  # the summary must say what failed, whatever it was
+        failures.append(f"{type(err).__name__}: {err}")
+    summary["failures"] = failures
+    summary["passed"] = not failures
+    summary["elapsed_s"] = round(time.time() - started, 1)
+    (out / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps({k: summary[k] for k in ("passed", "failures", "elapsed_s")}, indent=1))
+    return 0 if not failures else 1
+
+
+def environment(device: str) -> dict:
+    import torch
+    import transformers
+    import trl
+
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+        "cuda_available": torch.cuda.is_available(),
+    }
+    if torch.cuda.is_available():
+        info.update(
+            gpu=torch.cuda.get_device_name(0), cuda=torch.version.cuda, bf16_supported=torch.cuda.is_bf16_supported()
+        )
+    return info
+
+
+def build_model(folder: Path) -> Path:
+    from behaviortrace.model.families import save_family
+
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["planting"]
+    return save_family(FAMILY, folder, cfg["trigger"], cfg["marker"], hidden=HIDDEN, layers=LAYERS)
+
+
+def scaling_on_gpu(out: Path, limit_s: float) -> dict:
+    """benchmarks/capture_scaling.py on the GPU at larger sizes: its printed table, and the sizes it measured
+    (all of them, or those done when `limit_s` ran out: a benchmark cut short is no failure of the check)."""
+    measured = out / "capture_scaling.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "capture_scaling.py"), "--device", "cuda", "--steps", "4"]
+    cmd += ["--sizes", "256x4", "512x8", "1024x12", "1536x16", "--json", str(measured)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=limit_s)
+        result = {"exit": proc.returncode, "table": stdout[-6000:], "stderr": stderr[-1500:]}
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the benchmark and the training processes it started
+        proc.communicate()
+        result = {"exit": None, "table": f"stopped after {limit_s:.0f} s; the sizes measured by then are below"}
+    result["measured"] = json.loads(measured.read_text()) if measured.exists() else []
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
