@@ -273,13 +273,14 @@ def stable_across_seeds(metrics: pl.DataFrame, est: str, target: str, stratum: s
         _resid_auc(metrics, est, target, stratum)
         .group_by("seed")
         .agg(pl.col("value").mean(), (pl.col("ci_low") > 0.5).all().alias("above"))
+        .sort("seed")
     )
     if by_seed.height < 2:
         return Verdict(NA, "fewer than two seeds")
     sd = float(by_seed["value"].std())
     above = int(by_seed["above"].sum())
     agree = above in (0, by_seed.height)
-    values = ", ".join(f"{v:.3f}" for v in by_seed.sort("seed")["value"].to_list())
+    values = ", ".join(f"{v:.3f}" for v in by_seed["value"].to_list())
     return Verdict(
         PASS if sd <= max_sd and agree else FAIL,
         f"residualized AUC by seed {values}: sd {sd:.3f} (at most {max_sd}); interval above 0.5 on "

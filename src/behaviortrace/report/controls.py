@@ -67,11 +67,12 @@ def _verdict_lines(values: pl.DataFrame, log_only: list[str]) -> list[str]:
     lines = []
     for metric, heading in METRICS:
         m = means.filter(pl.col("metric") == metric).drop_nulls("value").filter(pl.col("value").is_not_nan())
-        controls = m.filter(pl.col("estimator").is_in(log_only)).sort("value", descending=True)
+        controls = m.filter(pl.col("estimator").is_in(log_only)).sort(["value", "estimator"], descending=[True, False])
         if not controls.height:
             continue
         best, bar = controls["estimator"][0], controls["value"][0]
-        above = m.filter(~pl.col("estimator").is_in(log_only) & (pl.col("value") > bar)).sort("value", descending=True)
+        above = m.filter(~pl.col("estimator").is_in(log_only) & (pl.col("value") > bar))
+        above = above.sort(["value", "estimator"], descending=[True, False])
         names = ", ".join(f"{r['estimator']} {r['value']:.3f}" for r in above.iter_rows(named=True)) or "none"
         lines.append(f"- {heading}: the strongest log-only control is {best} at {bar:.3f}; above it: {names}.")
     return lines
