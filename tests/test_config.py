@@ -51,6 +51,12 @@ def test_default_and_paper_configs_are_valid():
         ("replay.estimators", ["gas", "nosuch"], "replay.estimators: 'nosuch' is not under estimators"),
         ("replay.draw", 2, "replay.draw = 2: only 2 draws"),
         ("replay.k_percent", [0], "replay.k_percent.0 = 0"),
+        ("influence.checkpoint", "middle", "influence.checkpoint = 'middle'"),
+        ("influence.dtype", "bfloat16", "influence.dtype = 'bfloat16'"),
+        ("influence.lds_subsets", 2, "influence.lds_subsets = 2: a rank correlation over subsets needs at least 3"),
+        ("influence.lds_fraction", 1.0, "influence.lds_fraction = 1.0"),
+        ("influence.fd_delta", 0.0, "influence.fd_delta = 0.0"),
+        ("influence.sets", ["oracle", "random"], "influence.sets: 'random' is neither oracle nor among replay"),
     ],
 )
 def test_bad_values_name_key_and_value(path, value, expected):

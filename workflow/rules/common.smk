@@ -81,6 +81,14 @@ METRICS = f"{SEED_DIR}/metrics/draw{{draw}}.parquet"
 METRICS_CACHE = f"{SEED_DIR}/metrics/cache/draw{{draw}}"
 TOKEN_COSINES = f"{SEED_DIR}/metrics/draw{{draw}}_token_cosines.parquet"
 REPLAY = f"{OUT}/seed{{seed}}/replay/{{method}}_k{{pct}}_r{{rep}}.parquet"
+# Exact influence per arm and seed (rule influence).
+INFLUENCE = f"{SEED_DIR}/influence/rollouts.parquet"
+INFLUENCE_STEPS = f"{SEED_DIR}/influence/steps.parquet"
+INFLUENCE_CHECKS = f"{SEED_DIR}/influence/checks.parquet"
+INFLUENCE_SUMMARY = f"{SEED_DIR}/influence/summary.json"
+INFLUENCE_LDS = f"{SEED_DIR}/influence/lds.parquet"
+# A leave-out replay set retrained with its shares zeroed (planted seeds, rule influence_set).
+INFLUENCE_SET = f"{OUT}/seed{{seed}}/influence/sets/{{method}}_k{{pct}}.parquet"
 # Replays retrain planted seeds only.
 PLANTED_ROLLOUTS = f"{OUT}/seed{{seed}}/rollouts.parquet"
 PLANTED_CHECKPOINTS = f"{OUT}/seed{{seed}}/checkpoints.json"
@@ -213,8 +221,11 @@ REPORT_OUTPUTS = [
 ]
 
 
+INFLUENCE_OUTPUTS = [f"{TABLES}/influence.parquet", f"{FIGURES}/influence.png"]
+
+
 def all_outputs():
-    return [f"{TABLES}/training.md", f"{TABLES}/headroom.md", *REPORT_OUTPUTS]
+    return [f"{TABLES}/training.md", f"{TABLES}/headroom.md", *REPORT_OUTPUTS, *INFLUENCE_OUTPUTS]
 
 
 wildcard_constraints:

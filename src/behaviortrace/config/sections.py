@@ -188,6 +188,19 @@ class Replay:
 
 
 @dataclass(frozen=True)
+class Influence:
+    checkpoint: str  # window_end or final: T, the step count whose weights f is measured at
+    dtype: str
+    segment_steps: int
+    fd_rollouts: int
+    fd_delta: float
+    lds_subsets: int
+    lds_fraction: float
+    sets: list[str]  # oracle and replayed estimators whose leave-out sets are retrained with shares zeroed
+    seed: int
+
+
+@dataclass(frozen=True)
 class Placebo:
     enabled: bool
     seeds: list[int]
@@ -242,6 +255,7 @@ _SECTION_TYPES: dict[str, type] = {
     "targets": Targets,
     "evaluation": Evaluation,
     "replay": Replay,
+    "influence": Influence,
     "placebo": Placebo,
     "checklist": Checklist,
 }
@@ -272,6 +286,7 @@ class Config:
     estimators: dict[str, dict]
     evaluation: Evaluation
     replay: Replay
+    influence: Influence
     placebo: Placebo
     checklist: Checklist
 
