@@ -2,37 +2,6 @@
 # training, the retraining behind its LDS and its predicted-vs-measured sets, and how well each estimator
 # and control tracks it.
 
-# The influence jobs are the longest of a seed after training: started early, they do not end the run alone.
-INFLUENCE_PRIORITY = 5
-INFLUENCE_SET_FILES = [
-    (seed, INFLUENCE_SET.format(seed=seed, method=m, pct=p))
-    for seed in SEEDS
-    for m in CFG.influence.sets
-    for p in CFG.replay.k_percent
-]
-INFLUENCE_SCORE_KEYS = [
-    (ARM_NAMES[arm], seed, d, e, t) for arm, seed in ARM_SEEDS for d in DRAWS for e, t in SCORE_KEYS
-]
-# The figure's scores: each estimator ranked as the leave-out replay ranks it (replay.target, replay.draw).
-FIGURE_SCORE_KEYS = [(seed, e, t) for seed in SEEDS for e, t in SCORE_KEYS if t in (CFG.replay.target, "none")]
-
-
-def influence_set_scores(wildcards):
-    """The rollout scores that rank an estimator's top k, as its leave-out replay's (none for the oracle)."""
-    if wildcards.method == "oracle":
-        return []
-    return replay_scores(wildcards)
-
-
-def influence_score_files(pattern):
-    """`pattern` (SCORES or STEP_SCORES) for every key of INFLUENCE_SCORE_KEYS, in its order."""
-    return [
-        pattern.format(arm=arm, seed=seed, estimator=e, target=t, draw=d)
-        for arm, seed in ARM_SEEDS
-        for d in DRAWS
-        for e, t in SCORE_KEYS
-    ]
-
 
 rule influence:
     input:

@@ -74,7 +74,7 @@ def to_markdown(table: pl.DataFrame, top: pl.DataFrame) -> str:
     rows = []
     for estimator, level, metric, label in (
         ("labels", "rollout", "spearman", "GT label vs I (rollouts): Spearman"),
-        ("labels", "rollout", "precision_at_top_influence", "share of GT among the top-|GT| rollouts by I"),
+        ("labels", "rollout", "precision_at_top_influence", "share of GT among the top-m rollouts by I, m = #GT"),
         ("labels", "rollout", "precision_lift", "that share over chance"),
         ("labels", "step", "spearman", "GT per step vs I summed per step: Spearman"),
         ("step_effect", "step", "spearman", "measured per-step change of f vs I summed per step: Spearman"),
