@@ -56,7 +56,7 @@ def test_default_and_paper_configs_are_valid():
         ("influence.lds_subsets", 2, "influence.lds_subsets = 2: a rank correlation over subsets needs at least 3"),
         ("influence.lds_fraction", 1.0, "influence.lds_fraction = 1.0"),
         ("influence.fd_delta", 0.0, "influence.fd_delta = 0.0"),
-        ("influence.sets", ["oracle", "random"], "influence.sets: 'random' is neither oracle nor among replay"),
+        ("influence.sets", ["gas", "random"], "influence.sets: 'random' is not among replay.estimators"),
     ],
 )
 def test_bad_values_name_key_and_value(path, value, expected):

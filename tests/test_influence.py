@@ -252,7 +252,7 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     lds = table.filter(pl.col("metric") == "lds")
     assert {"influence", "labels"} <= set(lds["estimator"]) and (lds["n"] == cfg["influence"]["lds_subsets"]).all()
     sets = table.filter(pl.col("level") == "set")
-    assert set(sets["estimator"]) == set(cfg["influence"]["sets"]) and set(sets["arm"]) == {"planted"}
+    assert set(sets["estimator"]) == {"oracle", *cfg["influence"]["sets"]} and set(sets["arm"]) == {"planted"}
     # Spot checks against the files, computed independently.
     seed_dir = out / "seed0"
     infl = pl.read_parquet(seed_dir / "influence" / "rollouts.parquet")
@@ -267,7 +267,8 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     )
     assert cell["value"][0] == pytest.approx(np.corrcoef(*ranks)[0, 1]) and cell["n"][0] == infl.height
     summary = json.loads((seed_dir / "influence" / "summary.json").read_text())
-    subsets = pl.read_parquet(seed_dir / "influence" / "lds.parquet").sort("index")
+    retrained = pl.read_parquet(seed_dir / "influence" / "retrain.parquet")
+    subsets = retrained.filter(pl.col("kind") == "lds").sort("index")
     predicted = [-infl.filter(pl.col("rollout_id").is_in(ids))["influence"].sum() for ids in subsets["removed_ids"]]
     measured = subsets["f"].to_numpy() - summary["f_end"]
     lds_cell = lds.filter((pl.col("arm") == "planted") & (pl.col("seed") == 0) & (pl.col("estimator") == "influence"))
@@ -278,3 +279,23 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     assert "Most influential rollouts" in (out / "tables" / "influence.md").read_text()
     assert (out / "figures" / "influence.png").stat().st_size > 10_000
     assert "backward: " in (out / "logs" / "influence" / "seed0.log").read_text()
+
+
+def test_the_finite_difference_diagnostic_agrees_on_a_finished_run(finished_run, tmp_path):
+    """diagnostics/influence_fd.py: float64 influence of a finished run against central differences."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    workdir, _ = finished_run
+    out = tmp_path / "fd.parquet"
+    script = ROOT / "diagnostics" / "influence_fd.py"
+    args = ["--config", "config.yaml", "--seed", "1", "--rollouts", "2", "--out", str(out)]
+    res = subprocess.run([sys.executable, str(script), *args], cwd=workdir, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    table = pl.read_parquet(out)
+    assert table.height == 2 and table["step"].n_unique() == 2
+    assert (table["relative_error"] <= FD_TOLERANCE).all(), table
+    # The run computed its influence in float64 too (the small config), so the two agree to rounding.
+    assert "the run's influence vs float64: Spearman 1.0000" in res.stdout

@@ -86,8 +86,8 @@ INFLUENCE = f"{SEED_DIR}/influence/rollouts.parquet"
 INFLUENCE_STEPS = f"{SEED_DIR}/influence/steps.parquet"
 INFLUENCE_CHECKS = f"{SEED_DIR}/influence/checks.parquet"
 INFLUENCE_SUMMARY = f"{SEED_DIR}/influence/summary.json"
-INFLUENCE_LDS = f"{SEED_DIR}/influence/lds.parquet"
-# A leave-out replay set retrained with its shares zeroed (planted seeds, rule influence_set).
+INFLUENCE_RETRAIN = f"{SEED_DIR}/influence/retrain.parquet"
+# An estimator's leave-out replay set retrained with its shares zeroed (planted seeds, rule influence_set).
 INFLUENCE_SET = f"{OUT}/seed{{seed}}/influence/sets/{{method}}_k{{pct}}.parquet"
 # Replays retrain planted seeds only.
 PLANTED_ROLLOUTS = f"{OUT}/seed{{seed}}/rollouts.parquet"
@@ -208,11 +208,6 @@ INFLUENCE_SCORE_KEYS = [
 FIGURE_SCORE_KEYS = [(seed, e, t) for seed in SEEDS for e, t in SCORE_KEYS if t in (CFG.replay.target, "none")]
 
 
-def influence_set_scores(wildcards):
-    """The rollout scores that rank an estimator's top k, as its leave-out replay's (none for the oracle)."""
-    if wildcards.method == "oracle":
-        return []
-    return replay_scores(wildcards)
 
 
 def influence_score_files(pattern):

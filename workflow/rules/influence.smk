@@ -14,7 +14,7 @@ rule influence:
         rollouts=INFLUENCE,
         steps=INFLUENCE_STEPS,
         checks=INFLUENCE_CHECKS,
-        lds=INFLUENCE_LDS,
+        retrain=INFLUENCE_RETRAIN,
         summary=INFLUENCE_SUMMARY,
     log:
         f"{LOGS}/influence/{{arm}}{{seed}}.log",
@@ -28,6 +28,9 @@ rule influence:
         gpu=GPU,
     params:
         config=config_for("grpo", "planting", "influence", "compute"),
+        # The leave-out replay's GT sets (planted seeds), without the rest of the replay section.
+        oracle_percents=lambda wildcards: CFG.replay.k_percent if wildcards.arm == "seed" else [],
+        replay_seed=CFG.replay.seed,
     script:
         "../scripts/influence.py"
 
@@ -38,7 +41,7 @@ rule influence_set:
         checkpoints=PLANTED_CHECKPOINTS,
         base_model=BASE_MODEL,
         probes=PROBE_PROMPTS,
-        scores=influence_set_scores,
+        scores=replay_scores,
     output:
         INFLUENCE_SET,
     log:
@@ -61,7 +64,7 @@ rule influence_metrics:
         influence=seed_paths(INFLUENCE),
         steps=seed_paths(INFLUENCE_STEPS),
         checks=seed_paths(INFLUENCE_CHECKS),
-        lds=seed_paths(INFLUENCE_LDS),
+        retrain=seed_paths(INFLUENCE_RETRAIN),
         summaries=seed_paths(INFLUENCE_SUMMARY),
         rollouts=seed_paths(ROLLOUTS),
         step_logs=seed_paths(STEP_LOG),

@@ -18,6 +18,8 @@ influence_job(
     out_rollouts=Path(sm.output.rollouts),
     out_steps=Path(sm.output.steps),
     out_checks=Path(sm.output.checks),
-    out_lds=Path(sm.output.lds),
+    out_retrain=Path(sm.output.retrain),
     out_summary=Path(sm.output.summary),
+    oracle_percents=tuple(sm.params.oracle_percents),
+    replay_seed=sm.params.replay_seed,
 )

@@ -196,7 +196,7 @@ class Influence:
     fd_delta: float
     lds_subsets: int
     lds_fraction: float
-    sets: list[str]  # oracle and replayed estimators whose leave-out sets are retrained with shares zeroed
+    sets: list[str]  # replayed estimators whose leave-out sets are also retrained with shares zeroed
     seed: int
 
 

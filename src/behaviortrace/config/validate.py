@@ -171,10 +171,10 @@ def _analysis_problems(config: dict) -> list[str]:
             "at least 3 (or 0 for no LDS)"
         )
     for name in influence["sets"]:
-        if name != "oracle" and name not in replay["estimators"]:
+        if name not in replay["estimators"]:
             problems.append(
-                f"config key influence.sets: {name!r} is neither oracle nor among replay.estimators "
-                f"{replay['estimators']} (its top-k set is the leave-out replay's)"
+                f"config key influence.sets: {name!r} is not among replay.estimators {replay['estimators']} "
+                "(its top-k set is the leave-out replay's; the GT set is always retrained)"
             )
     if placebo["enabled"] and not placebo["seeds"]:
         problems.append("config key placebo.seeds = []: placebo.enabled is true but no seed is listed")

@@ -84,19 +84,17 @@ def step_back(traj: Trajectory, state: State, adj: Adjoint) -> tuple[Adjoint, np
     norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(x) for x in g]))
     limit = grpo.max_grad_norm
     coef = float(torch.clamp(limit / (norm + 1e-6), max=1.0))
-    beta1, beta2 = opt.defaults["betas"]
-    adam_eps = opt.defaults["eps"]
     n = state.adam_step + 1
-    bc1, bc2_sqrt = 1 - beta1**n, (1 - beta2**n) ** 0.5
 
-    # Back through AdamW's update to the adjoint of the clipped gradient, per parameter.
-    lr_of, decay_of = {}, {}
+    # Back through AdamW's update to the adjoint of the clipped gradient, per parameter (its group's settings).
+    group_of = {}
     for group, lr in zip(opt.param_groups, state.lrs, strict=True):
         for p in group["params"]:
-            lr_of[id(p)], decay_of[id(p)] = lr, group["weight_decay"]
+            group_of[id(p)] = (lr, group["weight_decay"], *group["betas"], group["eps"])
     clipped_adj, w_adj, m_adj, v_adj = [], [], [], []
     for i, p in enumerate(params):
-        lr = lr_of[id(p)]
+        lr, decay, beta1, beta2, adam_eps = group_of[id(p)]
+        bc1, bc2_sqrt = 1 - beta1**n, (1 - beta2**n) ** 0.5
         ghat = coef * g[i]
         m0 = state.exp_avg[i].to(p.device) if state.exp_avg is not None else torch.zeros_like(p)
         v0 = state.exp_avg_sq[i].to(p.device) if state.exp_avg_sq is not None else torch.zeros_like(p)
@@ -112,7 +110,7 @@ def step_back(traj: Trajectory, state: State, adj: Adjoint) -> tuple[Adjoint, np
         )
         adj_v = adj.v[i] + a * (lr / bc1) * dv
         clipped_adj.append((1 - beta1) * adj_m + 2 * (1 - beta2) * ghat * adj_v)
-        w_adj.append(a * (1 - lr * decay_of[id(p)]))
+        w_adj.append(a * (1 - lr * decay))
         m_adj.append(beta1 * adj_m)
         v_adj.append(beta2 * adj_v)
 

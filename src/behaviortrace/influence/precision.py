@@ -23,9 +23,10 @@ def _rms_norm(module, hidden_states: torch.Tensor) -> torch.Tensor:
 
 @contextmanager
 def full_precision(model):
-    """While open, the model's RMS norms keep float64 inputs in float64 (no-op for other dtypes); nests."""
+    """While open, the RMS norms of a float64 model keep float64 inputs in float64 (no-op for a model in
+    another dtype); nests."""
     patched = []
-    for module in model.modules():
+    for module in model.modules() if next(model.parameters()).dtype == torch.float64 else ():
         name = type(module).__name__
         if not name.endswith("RMSNorm") or "forward" in module.__dict__:  # not a norm, or patched by an outer call
             continue

@@ -2,10 +2,10 @@
 
 - influence (one job per arm and seed): I_z for every rollout of the steps before T, per-step sums, the
   job's own checks (the forward replay against the saved checkpoints, the logged gradient norms and forced
-  target; optionally I_z against float64 central differences of retraining), and the LDS retraining: f(w_T)
-  with each random subset's shares zeroed (advantages as logged).
-- influence_set (one job per planted seed and leave-out set): f(w_T) retrained with the shares of one of
-  the leave-out replay's sets zeroed (the GT set, an estimator's top k), for predicted-vs-measured.
+  target; optionally I_z against float64 central differences of retraining), and its retraining: f(w_T)
+  with the shares of each LDS subset and, for planted seeds, of the GT set zeroed (advantages as logged).
+- influence_set (one job per planted seed and estimator of influence.sets): f(w_T) retrained with the
+  shares of the estimator's leave-out replay set (its top k) zeroed, for predicted-vs-measured.
 
 torch and the training code are imported inside the jobs, so the table and figure jobs start fast.
 """
@@ -69,12 +69,17 @@ def influence_job(
     out_rollouts: Path,
     out_steps: Path,
     out_checks: Path,
-    out_lds: Path,
+    out_retrain: Path,
     out_summary: Path,
+    oracle_percents: tuple[int, ...] = (),
+    replay_seed: int = 0,
 ) -> pl.DataFrame:
-    """I_z of one arm and seed, per-step sums, the job's checks and the LDS retraining, each to its file."""
+    """I_z of one arm and seed, per-step sums, the job's checks and its retraining (the LDS subsets and, given
+    `oracle_percents`, the leave-out replay's GT sets, chosen with `replay_seed`), each to its file."""
     from behaviortrace.influence.metagradient import StateStore, exact_influence
+    from behaviortrace.influence.precision import full_precision
     from behaviortrace.influence.retrain import central_difference, value_after
+    from behaviortrace.replay.removal import removal_set
     from behaviortrace.replay.retrain import weight_difference
 
     inf, end = cfg.influence, end_step(cfg)
@@ -93,7 +98,8 @@ def influence_job(
             checks.append({"check": "checkpoint_weights", "step": step_done, "error": error})
             log.info("forward replay at step %d: largest weight difference to the checkpoint %.2e", step_done, error)
 
-    with tempfile.TemporaryDirectory(dir=Path(out_rollouts).parent, prefix=".states-") as tmp:
+    scratch = tempfile.TemporaryDirectory(dir=Path(out_rollouts).parent, prefix=".states-")
+    with scratch as tmp, full_precision(traj.model):  # float64: the model's norms too (no-op in float32)
         store = StateStore(Path(tmp), "cpu")
         result = exact_influence(traj, objective, end, inf.segment_steps, store, set(checked), compare)
         logged = steps_log["grad_norm"].to_numpy()[:end]
@@ -137,18 +143,25 @@ def influence_job(
 
         started, values = time.time(), []
         subsets = lds_subsets(result.rollout_ids, inf.lds_subsets, inf.lds_fraction, inf.seed, arm, seed)
-        for j, removed in enumerate(subsets):
+        sets = [("lds", 0, j, s) for j, s in enumerate(subsets)]
+        sets += [
+            ("oracle", pct, 0, removal_set("oracle", pct, 0, rollouts, None, replay_seed, seed))
+            for pct in oracle_percents
+        ]
+        for i, (kind, pct, index, removed) in enumerate(sets):
             values.append(value_after(traj, store.load(0), dict.fromkeys(removed, 0.0), end, objective))
             log.info(
-                "LDS subset %d/%d (%d shares zeroed): f(w_%d) = %.6f; %.1f s",
-                j + 1,
-                len(subsets),
+                "retrained %d/%d, %s %d (%d shares zeroed): f(w_%d) = %.6f; %.1f s",
+                i + 1,
+                len(sets),
+                kind,
+                index if kind == "lds" else pct,
                 len(removed),
                 end,
                 values[-1],
                 time.time() - started,
             )
-        result.seconds["lds"] = time.time() - started
+        result.seconds["retrain"] = time.time() - started
 
     table = pl.DataFrame({"rollout_id": result.rollout_ids, "step": result.steps, "influence": result.influence})
     steps = (
@@ -157,7 +170,7 @@ def influence_job(
         .sort("step")
     )
     check_table = pl.DataFrame(checks, schema=CHECK_COLUMNS)
-    lds = zeroed_table([("lds", 0, j, s) for j, s in enumerate(subsets)], values)
+    retrained = zeroed_table(sets, values)
     summary = {
         "arm": arm,
         "seed": seed,
@@ -171,7 +184,7 @@ def influence_job(
     atomic_write_parquet(table, out_rollouts)
     atomic_write_parquet(steps, out_steps)
     atomic_write_parquet(check_table, out_checks)
-    atomic_write_parquet(lds, out_lds)
+    atomic_write_parquet(retrained, out_retrain)
     atomic_write_text(json.dumps(summary, indent=1) + "\n", out_summary)
     log.info("%s%d: %d rollouts; seconds %s", arm, seed, table.height, result.seconds)
     return table
@@ -201,8 +214,9 @@ def influence_set_job(
     scores_path: Path | None,
     out: Path,
 ) -> pl.DataFrame:
-    """f(w_T) retrained with the shares of one leave-out replay set zeroed (replay/removal.py chooses it: the GT
-    set for `oracle`, else the estimator's top k), in the influence's dtype."""
+    """f(w_T) retrained with the shares of an estimator's leave-out replay set zeroed (its top k, as
+    replay/removal.py chooses it), in the influence's dtype."""
+    from behaviortrace.influence.precision import full_precision
     from behaviortrace.influence.retrain import value_after
     from behaviortrace.replay.removal import removal_set
 
@@ -213,7 +227,8 @@ def influence_set_job(
     scores = pl.read_parquet(scores_path) if scores_path else None
     removed = removal_set(method, pct, 0, rollouts, scores, cfg.replay.seed, seed)
     started = time.time()
-    value = value_after(traj, traj.state(), dict.fromkeys(removed, 0.0), end, objective)
+    with full_precision(traj.model):
+        value = value_after(traj, traj.state(), dict.fromkeys(removed, 0.0), end, objective)
     log.info(
         "seed %d, %s k=%d%%: %d shares zeroed, f(w_%d) = %.6f; %.1f s",
         seed,
@@ -276,7 +291,7 @@ def influence_metrics_job(
 
 PLANTED = "planted"  # the planted arm's name in the tables (workflow ARM_NAMES)
 # The per-seed files the influence table reads, in SeedInputs' order.
-SEED_FILES = ("influence", "steps", "checks", "lds", "summaries", "rollouts", "step_logs")
+SEED_FILES = ("influence", "steps", "checks", "retrain", "summaries", "rollouts", "step_logs")
 
 
 def influence_figure_job(

@@ -61,7 +61,7 @@ class SeedInputs:
     influence: Path
     steps: Path
     checks: Path
-    lds: Path
+    retrain: Path
     summary: Path
     rollouts: Path
     step_log: Path
@@ -204,7 +204,8 @@ def seed_table(inputs: SeedInputs, window: list[int]) -> pl.DataFrame:
         window,
     )
 
-    lds = pl.read_parquet(inputs.lds).sort("index")
+    retrained = pl.read_parquet(inputs.retrain)
+    lds = retrained.filter(pl.col("kind") == "lds").sort("index")
     subsets = lds["removed_ids"].to_list()
     changes = lds["f"].to_numpy() - summary["f_end"]
     everyone = log["rollout_id"].to_numpy()
@@ -227,8 +228,8 @@ def seed_table(inputs: SeedInputs, window: list[int]) -> pl.DataFrame:
         rows += step_rows(key, step_scores["score"].to_numpy(), step_infl["influence"].to_numpy(), step_ids, window)
         rows += lds_rows(key, every_score, index_all, subsets, changes)
 
-    sets = [pl.read_parquet(path) for path in inputs.sets]
-    for r in (pl.concat(sets) if sets else pl.DataFrame()).iter_rows(named=True):
+    sets = pl.concat([retrained.filter(pl.col("kind") != "lds"), *(pl.read_parquet(p) for p in inputs.sets)])
+    for r in sets.iter_rows(named=True):
         predicted = -infl_all[[index_all[z] for z in r["removed_ids"]]].sum()
         measured = r["f"] - summary["f_end"]
         key = (arm, seed, None, r["kind"], "none")
