@@ -9,8 +9,11 @@ window and after it, each taken where it holds rollouts.
   expected share of the top-m rollouts by score that are among the top-m by I, m = |GT| of the stratum
   (ties broken at random in both rankings), and `precision_lift` (that over chance, m / n). Estimator
   `labels` is the ground-truth label itself (how well "paid" predicts "taught").
-- level step: `spearman`, `pearson` of the step scores with the per-step sums of I; `labels` is the GT
-  count per step and `step_effect` the measured per-step change of f (the step log's effect ground truth).
+- level step: `spearman`, `pearson` of the step scores with the per-step sums of I, `spearman_abs` with the
+  per-step sums of |I|; `labels` is the GT count per step and `step_effect` the measured per-step change of
+  f (the step log's effect ground truth). At a step whose gradient was clipped the I_z sum to zero (scaling
+  the whole step leaves its clipped gradient as it is), so there only the sums of |I| say how much the step's
+  rollouts mattered.
 - level subset: `lds`, the linear datamodeling score: over random subsets retrained with their shares
   zeroed, the Spearman correlation between the subset's summed scores (with minus sign: leaving out
   rollouts that raise f lowers it) and the measured change of f(w_T); for `influence` (I itself), every
@@ -151,12 +154,15 @@ def rollout_rows(key: tuple, scores: np.ndarray, influence: np.ndarray, labels: 
     return out
 
 
-def step_rows(key: tuple, step_scores: np.ndarray, step_influence: np.ndarray, steps: np.ndarray, window) -> list:
+def step_rows(key: tuple, step_scores: np.ndarray, step_influence: pl.DataFrame, steps: np.ndarray, window) -> list:
+    """Step scores against the step's summed I (`spearman`, `pearson`) and summed |I| (`spearman_abs`)."""
     out = []
+    signed, magnitude = step_influence["influence"].to_numpy(), step_influence["abs_influence"].to_numpy()
     for stratum, mask in strata_masks(steps, window).items():
-        s, i, n = step_scores[mask], step_influence[mask], int(mask.sum())
+        s, i, n = step_scores[mask], signed[mask], int(mask.sum())
         out.append(_row(*key, "step", stratum, "spearman", spearman(s, i), n))
         out.append(_row(*key, "step", stratum, "pearson", pearson(s, i), n))
+        out.append(_row(*key, "step", stratum, "spearman_abs", spearman(s, magnitude[mask]), n))
     return out
 
 
@@ -191,7 +197,7 @@ def seed_table(inputs: SeedInputs, window: list[int]) -> pl.DataFrame:
     rows += step_rows(
         (arm, seed, None, "labels", "none"),
         gt_per_step.astype(float),
-        step_infl["influence"].to_numpy(),
+        step_infl,
         step_ids,
         window,
     )
@@ -199,7 +205,7 @@ def seed_table(inputs: SeedInputs, window: list[int]) -> pl.DataFrame:
     rows += step_rows(
         (arm, seed, None, "step_effect", "none"),
         effect["target_change"].to_numpy(),
-        step_infl["influence"].to_numpy(),
+        step_infl,
         step_ids,
         window,
     )
@@ -225,7 +231,7 @@ def seed_table(inputs: SeedInputs, window: list[int]) -> pl.DataFrame:
         every_score = scores["score"].to_numpy()
         rows += rollout_rows(key, every_score[np.searchsorted(everyone, ids)], values, labels, steps, window)
         step_scores = pl.read_parquet(step_path).sort("step").filter(pl.col("step") < summary["end"])
-        rows += step_rows(key, step_scores["score"].to_numpy(), step_infl["influence"].to_numpy(), step_ids, window)
+        rows += step_rows(key, step_scores["score"].to_numpy(), step_infl, step_ids, window)
         rows += lds_rows(key, every_score, index_all, subsets, changes)
 
     sets = pl.concat([retrained.filter(pl.col("kind") != "lds"), *(pl.read_parquet(p) for p in inputs.sets)])
