@@ -76,9 +76,9 @@ def to_markdown(table: pl.DataFrame, top: pl.DataFrame) -> str:
         ("labels", "rollout", "spearman", "GT label vs I (rollouts): Spearman"),
         ("labels", "rollout", "precision_at_top_influence", "share of GT among the top-m rollouts by I, m = #GT"),
         ("labels", "rollout", "precision_lift", "that share over chance"),
-        ("labels", "step", "spearman_abs", "GT per step vs |I| summed per step: Spearman"),
+        ("labels", "step", "spearman_abs", "GT per step vs abs(I) summed per step: Spearman"),
         ("step_effect", "step", "spearman", "measured per-step change of f vs I summed per step: Spearman"),
-        ("step_effect", "step", "spearman_abs", "measured per-step change of f vs |I| summed per step: Spearman"),
+        ("step_effect", "step", "spearman_abs", "measured per-step change of f vs abs(I) summed per step: Spearman"),
     ):
         part = table.filter((pl.col("level") == level) & (pl.col("stratum") == "all"))
         rows.append(
