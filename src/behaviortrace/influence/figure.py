@@ -43,6 +43,10 @@ def influence_figure(
             ax.scatter(x[~gt], y[~gt], s=2, alpha=0.3, color="0.4", rasterized=True, label="other")
             ax.scatter(x[gt], y[gt], s=3, alpha=0.5, color="tab:red", rasterized=True, label="GT (boosted)")
             ax.set_xscale("symlog", linthresh=scale)
+            top = 10.0 ** np.ceil(np.log10(max(float(np.abs(x).max()), scale)))
+            ax.set_xticks(
+                [-top, -scale, 0, scale, top], [f"{-top:.0e}", f"{-scale:.0e}", "0", f"{scale:.0e}", f"{top:.0e}"]
+            )
             ax.axvline(0, color="0.8", lw=0.6, zorder=0)
             ax.set_title(
                 f"{estimator} ({target})\nSpearman {spearman(y, x):+.2f}"
