@@ -208,8 +208,6 @@ INFLUENCE_SCORE_KEYS = [
 FIGURE_SCORE_KEYS = [(seed, e, t) for seed in SEEDS for e, t in SCORE_KEYS if t in (CFG.replay.target, "none")]
 
 
-
-
 def influence_score_files(pattern):
     """`pattern` (SCORES or STEP_SCORES) for every key of INFLUENCE_SCORE_KEYS, in its order."""
     return [
