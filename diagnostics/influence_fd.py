@@ -90,10 +90,12 @@ def main() -> None:
         exact = exact.to_numpy()
         moved = exact != 0
         rel = np.abs(shipped - exact)[moved] / np.abs(exact[moved])
+        top = min(100, len(exact) // 10)
+        overlap = len(set(np.argsort(-shipped)[:top]) & set(np.argsort(-exact)[:top]))
         print(
             f"the run's influence vs float64: Spearman {spearman(shipped, exact):.4f}, Pearson "
             f"{np.corrcoef(shipped, exact)[0, 1]:.4f}, median relative difference {np.median(rel):.1e}, "
-            f"top-100 overlap {len(set(np.argsort(-shipped)[:100]) & set(np.argsort(-exact)[:100]))}/100"
+            f"top-{top} overlap {overlap}/{top}"
         )
     print(table)
     if args.out:
