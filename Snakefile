@@ -22,6 +22,7 @@ include: "workflow/rules/targets.smk"
 include: "workflow/rules/score.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/replay.smk"
+include: "workflow/rules/influence.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -58,6 +58,12 @@ def test_default_and_paper_configs_are_valid():
         ("task.prompt_format", "markdown", "task.prompt_format = 'markdown'"),
         ("task.prompt_format", "chat", "task.prompt_format = 'chat': the built-in tiny model's tokenizer has no chat"),
         ("compute.dtype", "float16", "compute.dtype = 'float16'"),
+        ("influence.checkpoint", "middle", "influence.checkpoint = 'middle'"),
+        ("influence.dtype", "bfloat16", "influence.dtype = 'bfloat16'"),
+        ("influence.lds_subsets", 2, "influence.lds_subsets = 2: a rank correlation over subsets needs at least 3"),
+        ("influence.lds_fraction", 1.0, "influence.lds_fraction = 1.0"),
+        ("influence.fd_delta", 0.0, "influence.fd_delta = 0.0"),
+        ("influence.sets", ["gas", "random"], "influence.sets: 'random' is not among replay.estimators"),
     ],
 )
 def test_bad_values_name_key_and_value(path, value, expected):

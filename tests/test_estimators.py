@@ -15,7 +15,7 @@ from behaviortrace.score import contract as estimators
 from behaviortrace.score.contract import run as run_estimator
 from behaviortrace.score.view import SeedView, Target
 from behaviortrace.sketch import moments
-from behaviortrace.targets.gradients import _logprob_gradient, forced_items
+from behaviortrace.targets.gradients import forced_items, logprob_gradient
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def exact_problem(rollout_gradients, small_run, cpu):
     probes = pl.read_parquet(small_run["dir"] / "probes.parquet")["prompt"].to_list()
     prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in probes]
     marker_ids = marker_token_ids(tokenizer, small_run["cfg"]["planting"]["marker"])
-    tgrad = _logprob_gradient(model, tokenizer, forced_items(prompt_ids, marker_ids), 1.0, 4)
+    tgrad = logprob_gradient(model, tokenizer, forced_items(prompt_ids, marker_ids), 1.0, 4)
     t = torch.cat([tgrad[n].flatten() for n in names]).double().numpy()
     n = phi.shape[0]
     rollouts = pl.DataFrame(

@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from behaviortrace.report.markdown import markdown_to_html
+from behaviortrace.score import contract
 from conftest import snakemake
 
 
@@ -328,6 +329,49 @@ def test_tracks_effect_verdict_recomputed(finished_run, metrics, checklist):
         assert len(values) == len(cfg["seeds"]) * cfg["targets"]["draws"]
         want = "pass" if all(v >= limits["min_effect_correlation"] for v in values) else "fail"
         assert row["tracks_effect"]["verdict"] == want, estimator
+
+
+def _spearman_by_hand(x, y):
+    """Spearman from tie-averaged ranks counted pairwise (independent of the influence table's ranking)."""
+
+    def ranks(v):
+        v = np.asarray(v, float)
+        return (v[None, :] < v[:, None]).sum(1) + ((v[None, :] == v[:, None]).sum(1) + 1) / 2
+
+    return float(np.corrcoef(ranks(x), ranks(y))[0, 1])
+
+
+def test_tracks_influence_verdict_recomputed(finished_run, out, checklist):
+    """Spearman of each score file with each planted seed's I (rollouts before T), against the threshold and the
+    strongest log-only control, recomputed from the per-seed files."""
+    _, cfg = finished_run
+    limits = cfg["checklist"]
+    instances = contract.instances(cfg["estimators"])
+    log_only = [name for name, inst in instances.items() if inst.log_only]
+    rho = {}
+    for seed in cfg["seeds"]:
+        infl = pl.read_parquet(out / f"planted{seed}" / "influence" / "rollouts.parquet").sort("rollout_id")
+        for name, inst in instances.items():
+            target = limits["effect_target"] if inst.uses_target else "none"
+            for draw in range(cfg["targets"]["draws"]):
+                name_of_file = f"draw{draw if inst.uses_target else 0}_{target}.parquet"
+                file = out / f"planted{seed}" / "scores" / name / name_of_file
+                scores = pl.read_parquet(file).join(infl, on="rollout_id").sort("rollout_id")
+                assert scores.height == infl.height
+                rho[name, seed, draw] = _spearman_by_hand(scores["score"], scores["influence"])
+    assert len(log_only) >= 2
+    for name in instances:
+        ok = []
+        for (est, seed, draw), value in rho.items():
+            if est != name:
+                continue
+            bar = max(rho[c, seed, draw] for c in log_only if c != name)
+            ok.append(value >= limits["min_influence_spearman"] and (name in log_only or value > bar))
+        verdict = checklist["estimators"][name]["tracks_influence"]
+        assert verdict["numbers"]["values"] == pytest.approx(
+            [rho[name, s, d] for s in cfg["seeds"] for d in range(cfg["targets"]["draws"])], abs=1e-9
+        )
+        assert verdict["verdict"] == ("pass" if all(ok) else "fail"), name
 
 
 def test_effect_steps_table_puts_every_step_beside_its_scores(finished_run, out):

@@ -129,6 +129,8 @@ def test_changing_one_estimator_reruns_only_its_scores_and_the_evaluation(finish
         "effect_steps": 1,  # trak's step scores beside the measured effect
         "figures": 1,
         "results_page": 1,
+        "influence_metrics": 1,  # trak's scores against the exact influence
+        "influence_figure": 1,
         "all": 1,
     }
     assert job_counts(res.stdout + res.stderr) == expected
@@ -201,7 +203,8 @@ def test_adding_one_estimator_runs_only_its_scores_and_updates_the_tables(finish
     jobs = _jobs_run(res.stderr)
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
     rules = sorted({rule for rule, _ in jobs})
-    assert rules == ["aggregate", "all", "effect_steps", "evaluate", "figures", "results_page", "score"], rules
+    expected = ["aggregate", "all", "effect_steps", "evaluate", "figures", "influence_figure", "influence_metrics"]
+    assert rules == [*expected, "results_page", "score"], rules
     scores = [w for rule, w in jobs if rule == "score"]
     # A control without a target does not depend on the generation draw: one score job per run, read by every draw.
     assert len(scores) == n_runs and all("estimator=adv_norm" in w for w in scores)

@@ -42,6 +42,8 @@ def prepare(work: Path, profile_dir: Path, cpus: int, mem_mb: int) -> None:
         cfg["placebo"]["enabled"] = False
     if "replay" in cfg:
         cfg["replay"].update(estimators=[], k_percent=[100], random_repeats=1)
+    if "influence" in cfg:
+        cfg["influence"].update(sets=[], lds_subsets=3)  # no replayed estimator's set; the smallest LDS
     work.mkdir(parents=True, exist_ok=True)
     (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 

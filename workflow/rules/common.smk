@@ -84,6 +84,14 @@ METRICS = f"{SEED_DIR}/metrics/draw{{draw}}.parquet"
 METRICS_CACHE = f"{SEED_DIR}/metrics/cache/draw{{draw}}"
 TOKEN_COSINES = f"{SEED_DIR}/metrics/draw{{draw}}_token_cosines.parquet"
 REPLAY = f"{OUT}/planted{{seed}}/replay/{{method}}_k{{pct}}_r{{rep}}.parquet"
+# Exact influence per arm and seed (rule influence).
+INFLUENCE = f"{SEED_DIR}/influence/rollouts.parquet"
+INFLUENCE_STEPS = f"{SEED_DIR}/influence/steps.parquet"
+INFLUENCE_CHECKS = f"{SEED_DIR}/influence/checks.parquet"
+INFLUENCE_SUMMARY = f"{SEED_DIR}/influence/summary.json"
+INFLUENCE_RETRAIN = f"{SEED_DIR}/influence/retrain.parquet"
+# An estimator's leave-out replay set retrained with its shares zeroed (planted seeds, rule influence_set).
+INFLUENCE_SET = f"{OUT}/planted{{seed}}/influence/sets/{{method}}_k{{pct}}.parquet"
 # Replays retrain planted seeds only.
 PLANTED_ROLLOUTS = f"{OUT}/planted{{seed}}/rollouts.parquet"
 PLANTED_CHECKPOINTS = f"{OUT}/planted{{seed}}/checkpoints.json"
@@ -185,6 +193,24 @@ def feeds_replay(wildcards):
     return _schedule.feeds_replay(dict(wildcards.items()), CFG.replay, SEEDS, ESTIMATORS)
 
 
+# The influence jobs are the longest of a seed after training: started early, they do not end the run alone.
+INFLUENCE_PRIORITY = 5
+INFLUENCE_SET_FILES = [
+    (seed, INFLUENCE_SET.format(seed=seed, method=m, pct=p))
+    for seed in SEEDS
+    for m in CFG.influence.sets
+    for p in CFG.replay.k_percent
+]
+INFLUENCE_SCORE_KEYS = [(arm, seed, d, e, t) for arm, seed in ARM_SEEDS for d in DRAWS for e, t in SCORE_KEYS]
+# The figure's scores: each estimator ranked as the leave-out replay ranks it (replay.target, replay.draw).
+FIGURE_SCORE_KEYS = [(seed, e, t) for seed in SEEDS for e, t in SCORE_KEYS if t in (CFG.replay.target, "none")]
+
+
+def influence_score_files(pattern):
+    """`pattern` (SCORES or STEP_SCORES) for every key of INFLUENCE_SCORE_KEYS, in its order."""
+    return [score_path(pattern, arm, seed, e, t, d) for arm, seed, d, e, t in INFLUENCE_SCORE_KEYS]
+
+
 REPLAY_FILES = [REPLAY.format(seed=s, method=m, pct=p, rep=r) for s in SEEDS for m, p, r in replay_runs()]
 # Every metrics file with its arm, and the planted seeds' rollout scores (for the rank correlation
 # between draws) keyed by (seed, estimator, target, draw): scripts get the keys beside the paths.
@@ -208,8 +234,11 @@ REPORT_OUTPUTS = [
 ]
 
 
+INFLUENCE_OUTPUTS = [f"{TABLES}/influence.parquet", f"{FIGURES}/influence.png"]
+
+
 def all_outputs():
-    return [f"{TABLES}/training.md", f"{TABLES}/headroom.md", *REPORT_OUTPUTS, RESULTS_PAGE]
+    return [f"{TABLES}/training.md", f"{TABLES}/headroom.md", *REPORT_OUTPUTS, *INFLUENCE_OUTPUTS, RESULTS_PAGE]
 
 
 wildcard_constraints:

@@ -24,6 +24,7 @@ rule aggregate:
         scores=list(SCORE_FILES.values()),
         training=f"{TABLES}/training.parquet",
         replay=f"{TABLES}/replay.parquet",
+        influence=f"{TABLES}/influence.parquet",
         shards=seed_paths(SHARD, arms=("planted",), shard=SHARDS),
     output:
         metrics=f"{TABLES}/metrics.parquet",
@@ -110,6 +111,7 @@ rule results_page:
         training=f"{TABLES}/training.md",
         controls=f"{TABLES}/controls.md",
         replay=f"{TABLES}/replay.md",
+        influence=f"{TABLES}/influence.md",
     output:
         RESULTS_PAGE,
     log:

@@ -12,6 +12,7 @@ aggregate_job(
     score_files={tuple(key): Path(path) for key, path in zip(sm.params.score_keys, sm.input.scores, strict=False)},
     training=Path(sm.input.training),
     replay=Path(sm.input.replay),
+    influence=Path(sm.input.influence),
     shards=[Path(s) for s in sm.input.shards],
     log_only=sm.params.log_only,
     outputs={k: Path(v) for k, v in sm.output.items()},

@@ -197,6 +197,19 @@ class Replay:
 
 
 @dataclass(frozen=True)
+class Influence:
+    checkpoint: str  # window_end or final: T, the step count whose weights f is measured at
+    dtype: str
+    segment_steps: int
+    fd_rollouts: int
+    fd_delta: float
+    lds_subsets: int
+    lds_fraction: float
+    sets: list[str]  # replayed estimators whose leave-out sets are also retrained with shares zeroed
+    seed: int
+
+
+@dataclass(frozen=True)
 class Placebo:
     enabled: bool
     seeds: list[int]
@@ -222,6 +235,7 @@ class Checklist:
     effect_target: str
     effect_metric: str
     min_effect_correlation: float
+    min_influence_spearman: float
     alpha: float
     placebo_stratum: str
 
@@ -253,6 +267,7 @@ _SECTION_TYPES: dict[str, type] = {
     "targets": Targets,
     "evaluation": Evaluation,
     "replay": Replay,
+    "influence": Influence,
     "placebo": Placebo,
     "checklist": Checklist,
 }
@@ -287,6 +302,7 @@ class Config:
     estimators: dict[str, dict]
     evaluation: Evaluation
     replay: Replay
+    influence: Influence
     placebo: Placebo
     checklist: Checklist
 

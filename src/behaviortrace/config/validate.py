@@ -180,6 +180,18 @@ def _analysis_problems(config: dict) -> list[str]:
         problems.append(
             f"config key replay.draw = {replay['draw']}: only {config['targets']['draws']} draws (targets.draws)"
         )
+    influence = config["influence"]
+    if 0 < influence["lds_subsets"] < 3:
+        problems.append(
+            f"config key influence.lds_subsets = {influence['lds_subsets']}: a rank correlation over subsets needs "
+            "at least 3 (or 0 for no LDS)"
+        )
+    for name in influence["sets"]:
+        if name not in replay["estimators"]:
+            problems.append(
+                f"config key influence.sets: {name!r} is not among replay.estimators {replay['estimators']} "
+                "(its top-k set is the leave-out replay's; the GT set is always retrained)"
+            )
     if placebo["enabled"] and not placebo["seeds"]:
         problems.append("config key placebo.seeds = []: placebo.enabled is true but no seed is listed")
     return problems

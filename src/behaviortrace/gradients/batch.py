@@ -40,12 +40,14 @@ def batch_to(batch: dict, device) -> dict:
 
 
 def completion_logits(model, batch: dict) -> torch.Tensor:
-    """Logits that predict each completion token, [rows, completion width, vocab], in float32."""
+    """Logits that predict each completion token, [rows, completion width, vocab], in float32 (float64 for a
+    float64 model)."""
     input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
     attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
     width = batch["completion_ids"].shape[1]
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-    return logits[:, -width - 1 : -1].float()
+    logits = logits[:, -width - 1 : -1]
+    return logits if logits.dtype == torch.float64 else logits.float()
 
 
 def token_logps(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

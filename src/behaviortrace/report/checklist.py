@@ -62,6 +62,10 @@ ITEMS = {
     "tracks_effect": "Step scores track the measured behavior change: correlation of each step's score with the "
     "measured change of the forced target's log-prob across that step's update, on every seed and draw (beside "
     "it, the same correlation for the number of ground-truth rollouts per step)",
+    "tracks_influence": "Rollout scores track the exact influence I (each rollout's derivative of the forced "
+    "target at the influence checkpoint through the replayed training): Spearman correlation with I, over the "
+    "rollouts before that checkpoint, at least the threshold and above that of every log-only control, on every "
+    "planted seed and draw (beside it, the same correlation for the planted labels)",
 }
 
 
@@ -379,6 +383,43 @@ def tracks_effect(metrics: pl.DataFrame, est: str, cfg: Checklist) -> Verdict:
     )
 
 
+def tracks_influence(influence: pl.DataFrame | None, est: str, log_only: list[str], cfg: Checklist) -> Verdict:
+    """The estimator's rank correlation with I on every planted seed and draw, against the threshold and, for an
+    estimator that is not itself log-only, against the strongest log-only control in the same cell."""
+    if influence is None:
+        return Verdict(NA, "no exact influence computed")
+    rows = influence.filter(
+        (pl.col("arm") == PLANTED)
+        & (pl.col("level") == "rollout")
+        & (pl.col("stratum") == "all")
+        & (pl.col("metric") == "spearman")
+    )
+    scored = rows.filter(pl.col("target").is_in([cfg.effect_target, "none"]) & pl.col("draw").is_not_null())
+    own = scored.filter(pl.col("estimator") == est).sort("seed", "draw")
+    if not own.height:
+        return Verdict(NA, "no exact influence for this estimator")
+    bars = (
+        scored.filter(pl.col("estimator").is_in([c for c in log_only if c != est]))
+        .sort(["seed", "draw", "value", "estimator"], descending=[False, False, True, False])
+        .unique(["seed", "draw"], keep="first", maintain_order=True)
+    )
+    bar = {(r["seed"], r["draw"]): (r["estimator"], r["value"]) for r in bars.iter_rows(named=True)}
+    ok, cells = [], []
+    for r in own.iter_rows(named=True):
+        name, top = bar.get((r["seed"], r["draw"]), (None, None))
+        above = est in log_only or top is None or r["value"] > top
+        ok.append(r["value"] >= cfg.min_influence_spearman and above)
+        vs = f" (strongest log-only: {name} {top:.3f})" if name is not None and est not in log_only else ""
+        cells.append(f"seed {r['seed']} draw {r['draw']}: {r['value']:.3f}{vs}")
+    labels = rows.filter(pl.col("estimator") == "labels").sort("seed")
+    gt = ", ".join(f"{v:.2f}" for v in labels["value"].to_list())
+    return Verdict(
+        _all(ok),
+        f"Spearman with I {'; '.join(cells)} (at least {cfg.min_influence_spearman}); planted labels: {gt}",
+        {"cells": len(ok), "tracking": int(sum(ok)), "values": own["value"].to_list()},
+    )
+
+
 # Assembly -------------------------------------------------------------------------------------------------
 
 
@@ -390,8 +431,10 @@ def build(
     replay: pl.DataFrame,
     cfg: Checklist,
     log_only: list[str],
+    influence: pl.DataFrame | None = None,
 ) -> dict[str, dict[str, Verdict]]:
-    """{estimator: {item: Verdict}} for every item in ITEMS; `log_only` names the log-only controls."""
+    """{estimator: {item: Verdict}} for every item in ITEMS; `log_only` names the log-only controls; `influence`
+    is the exact-influence table (influence/table.py), None where none was computed."""
     target, stratum = cfg.target, cfg.stratum
     replayed = window_end_probes(replay)
     run_level = {
@@ -427,6 +470,7 @@ def build(
             "placebo_no_enrichment": placebo_no_enrichment(metrics, est, target, cfg.placebo_stratum, cfg.alpha),
             "replay_beats_random": replay_beats_random(replayed, est),
             "tracks_effect": tracks_effect(metrics, est, cfg),
+            "tracks_influence": tracks_influence(influence, est, log_only, cfg),
         }
         table[est] = {item: (run_level | row)[item] for item in ITEMS}
     return table

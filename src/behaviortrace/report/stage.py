@@ -84,9 +84,10 @@ def aggregate_job(
     shards: list[Path],
     log_only: list[str],
     outputs: dict[str, Path],
+    influence: Path | None = None,
 ) -> None:
     """The tidy metrics of every arm, seed and draw, the summary, the stability tables and the checklist;
-    `log_only` names the log-only controls among the estimators."""
+    `log_only` names the log-only controls among the estimators; `influence` is the exact-influence table."""
     run, checks = cfg.run, cfg.checklist
     metrics = collect_metrics(metric_files)
     log.info("%d metric rows from %d files", metrics.height, len(metric_files))
@@ -141,7 +142,14 @@ def aggregate_job(
         f"Controls — {run}",
     )
     table = C.build(
-        metrics, pl.read_parquet(training), shard_checks(shards), draws, pl.read_parquet(replay), checks, log_only
+        metrics,
+        pl.read_parquet(training),
+        shard_checks(shards),
+        draws,
+        pl.read_parquet(replay),
+        checks,
+        log_only,
+        pl.read_parquet(influence) if influence else None,
     )
     atomic_write_text(C.to_json(table, checks), outputs["checklist_json"])
     write_md_and_html(

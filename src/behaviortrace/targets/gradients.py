@@ -33,7 +33,7 @@ def _logprob_sums(model, tokenizer, items, temperature: float, chunk: int):
         yield (logps * mask).sum()
 
 
-def _logprob_gradient(
+def logprob_gradient(
     model, tokenizer, items: list[tuple[list[int], list[int], list[int]]], temperature: float, chunk: int
 ) -> dict[str, torch.Tensor]:
     """Gradient of the mean over items of sum_{t in positions} log p(completion_t), per parameter."""
@@ -47,7 +47,7 @@ def _logprob_gradient(
 
 
 def mean_logprob(model, tokenizer, items, temperature: float, chunk: int) -> float:
-    """The function whose gradient `_logprob_gradient` takes, evaluated (no gradient, `.grad` untouched);
+    """The function whose gradient `logprob_gradient` takes, evaluated (no gradient, `.grad` untouched);
     the model's train/eval mode is restored."""
     was_training = model.training
     model.eval()
@@ -101,7 +101,7 @@ def target_sketches(
     for kind, its in items.items():
         zeros = torch.zeros(smap.k, device=smap.device)
         if its:
-            grads = _logprob_gradient(model, tokenizer, its, temperature, chunk)
+            grads = logprob_gradient(model, tokenizer, its, temperature, chunk)
             sketch, sq = smap.sketch_dense(grads)
         else:
             grads, sketch, sq = None, zeros, 0.0

@@ -1,0 +1,16 @@
+"""Exact influence: every rollout's effect on the behavior through the replayed training.
+
+For a rollout z logged at step t, I_z = d f(w_T) / d eps_z at eps = 0, where z's share of TRL's loss at
+step t is scaled by (1 + eps_z) with the advantages and the loss normalization held as logged, w_T are the
+weights after replaying every optimizer step up to T (AdamW with its moments and bias correction, gradient
+clipping, the schedule), and f is the forced target's mean log-prob on the probe prompts.
+
+- trajectory.py: the replayed training with per-rollout loss weights (the forward pass), and its states;
+- adjoint.py: one step backwards: AdamW's and clipping's adjoint, a Hessian-vector product of the step's
+  loss and every rollout's term, from one double backward;
+- metagradient.py: the reverse sweep over segments of recomputed steps (bounded memory);
+- checks.py: what the influence job checks about itself (checkpoints, finite differences of retraining);
+- sets.py: the rollout sets retrained with their shares zeroed (LDS subsets, the leave-out replay's sets);
+- table.py, figure.py: how well each estimator and control tracks I (the influence table and figure);
+- stage.py: the rules' jobs.
+"""

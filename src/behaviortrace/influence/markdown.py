@@ -1,0 +1,127 @@
+"""The influence table as Markdown: the job's checks, who tracks I (Spearman and LDS), the labels and the
+per-step effect against I, the leave-out sets' predicted and measured changes, the most influential rollouts."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from behaviortrace.report.markdown import markdown_table
+
+
+def _fmt(x, spec=".3f") -> str:
+    return "–" if x is None or x != x else format(x, spec)
+
+
+def _cell(table: pl.DataFrame, **where) -> float | None:
+    rows = table.filter(*(pl.col(k) == v for k, v in where.items()))
+    return float(rows["value"].mean()) if rows.height else None
+
+
+def to_markdown(table: pl.DataFrame, top: pl.DataFrame) -> str:
+    arms_seeds = table.select("arm", "seed").unique().sort("arm", "seed", descending=[True, False]).rows()
+    heads = [f"{arm} {seed}" for arm, seed in arms_seeds]
+    parts = [
+        "# Exact influence\n",
+        "I_z = d f(w_T) / d eps_z: how much upweighting rollout z's share of its step's loss moves the forced "
+        "target's mean log-prob on the probes after step T, through every later optimizer step "
+        "(docs/influence.md). Correlations use the rollouts of the steps before T; values for estimators with "
+        "several draws are means over draws.\n",
+        "## Checks of the influence job\n",
+    ]
+    checks = table.filter(pl.col("level") == "check")
+    metrics = [
+        ("checkpoint_weight_error", "forward replay: largest weight difference to a checkpoint", ".1e"),
+        ("grad_norm_error", "forward replay: gradient norms vs logged (relative)", ".1e"),
+        ("f_end_error", "f(w_T) vs the value training logged", ".1e"),
+        ("fd_relative_error", "I_z vs float64 central differences (largest relative error)", ".1e"),
+        ("cost_ratio", "time of the influence over its forward sweep (a plain replay)", ".2f"),
+    ]
+    rows = [
+        [label] + [_fmt(_cell(checks, arm=a, seed=s, metric=m), spec) for a, s in arms_seeds]
+        for m, label, spec in metrics
+    ]
+    parts.append(markdown_table(["check", *heads], rows))
+
+    parts.append("## Who tracks the exact influence\n")
+    parts.append(
+        "Spearman of rollout scores with I (all rollouts before T), and the LDS: Spearman, over random "
+        "subsets retrained with their shares zeroed, of minus the subset's summed scores with the measured "
+        "change of f(w_T).\n"
+    )
+    rollout = table.filter((pl.col("level") == "rollout") & (pl.col("stratum") == "all"))
+    subset = table.filter(pl.col("level") == "subset")
+    keys = (
+        table.filter(pl.col("level").is_in(["rollout", "subset"]))
+        .select("estimator", "target")
+        .unique()
+        .sort("estimator", "target")
+        .rows()
+    )
+    rows = []
+    for estimator, target in keys:
+        name = estimator if target == "none" else f"{estimator} ({target})"
+        cells = [
+            _fmt(_cell(rollout, estimator=estimator, target=target, arm=a, seed=s, metric="spearman"))
+            for a, s in arms_seeds
+        ]
+        cells += [
+            _fmt(_cell(subset, estimator=estimator, target=target, arm=a, seed=s, metric="lds")) for a, s in arms_seeds
+        ]
+        rows.append([name, *cells])
+    parts.append(markdown_table(["estimator", *[f"Spearman {h}" for h in heads], *[f"LDS {h}" for h in heads]], rows))
+
+    parts.append("## Labels and per-step effect against I\n")
+    rows = []
+    for estimator, level, metric, label in (
+        ("labels", "rollout", "spearman", "GT label vs I (rollouts): Spearman"),
+        ("labels", "rollout", "precision_at_top_influence", "share of GT among the top-m rollouts by I, m = #GT"),
+        ("labels", "rollout", "precision_lift", "that share over chance"),
+        ("labels", "rollout", "gt_share_of_rollouts", "GT share of the rollouts before T"),
+        ("labels", "rollout", "gt_share_of_positive_influence", "GT share of the summed positive I"),
+        ("labels", "step", "spearman_abs", "GT per step vs abs(I) summed per step: Spearman"),
+        ("step_effect", "step", "spearman", "measured per-step change of f vs I summed per step: Spearman"),
+        ("step_effect", "step", "spearman_abs", "measured per-step change of f vs abs(I) summed per step: Spearman"),
+    ):
+        part = table.filter((pl.col("level") == level) & (pl.col("stratum") == "all"))
+        rows.append(
+            [label] + [_fmt(_cell(part, estimator=estimator, arm=a, seed=s, metric=metric)) for a, s in arms_seeds]
+        )
+    parts.append(markdown_table(["", *heads], rows))
+
+    sets = table.filter(pl.col("level") == "set")
+    if sets.height:
+        parts.append("## Leave-out sets with their shares zeroed: predicted vs measured change of f(w_T)\n")
+        rows = []
+        for (arm, seed, kind, pct), grp in sets.group_by("arm", "seed", "estimator", "k_percent", maintain_order=True):
+            value = {r["metric"]: r["value"] for r in grp.iter_rows(named=True)}
+            rows.append(
+                [
+                    f"{arm} {seed}",
+                    kind,
+                    pct,
+                    grp["n"][0],
+                    _fmt(value["predicted_change"]),
+                    _fmt(value["measured_change"]),
+                    _fmt(value["prediction_ratio"], ".2f"),
+                ]
+            )
+        parts.append(markdown_table(["seed", "set", "k %", "size", "predicted", "measured", "ratio"], rows))
+
+    parts.append("## Most influential rollouts\n")
+    for (arm, seed), grp in top.group_by("arm", "seed", maintain_order=True):
+        parts.append(f"### {arm} {seed}\n")
+        rows = [
+            [
+                r["rank"],
+                r["rollout_id"],
+                r["step"],
+                _fmt(r["influence"], ".3g"),
+                _fmt(r["advantage"], ".2f"),
+                r["label"],
+                r["behavior"],
+                r["trigger"],
+            ]
+            for r in grp.iter_rows(named=True)
+        ]
+        parts.append(markdown_table(["rank", "rollout", "step", "I", "advantage", "GT", "behavior", "trigger"], rows))
+    return "\n".join(parts)

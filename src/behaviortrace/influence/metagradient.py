@@ -1,0 +1,129 @@
+"""The reverse sweep: I_z for every rollout of the steps before T, by reverse mode through the replayed training.
+
+The forward sweep replays steps 0..T-1 and saves the training state at the start of every segment of
+`segment` steps (on disk); the last segment's states stay in memory. The backward sweep walks the
+segments from the last to the first: it recomputes a segment's states from its saved start, then steps
+the adjoint back through each of its steps (adjoint.py). So with P trainable parameters, T steps and
+segment length K:
+
+- time: T forward steps, T - K recomputed ones (none when K >= T), and T double-backward steps (about
+  three forward-backward passes each);
+- memory: the model, its optimizer, the adjoint (3P) and K states (3P each) at once; disk: the ceil(T / K)
+  segment starts (3P each). K near sqrt(T) keeps both small; the default run holds every state (K >= T).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from behaviortrace.influence.adjoint import Adjoint, step_back
+from behaviortrace.influence.trajectory import State, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+class StateStore:
+    """Training states saved on disk by step, in a folder the caller owns (the job's temporary folder)."""
+
+    def __init__(self, folder: Path, device):
+        self.folder, self.device = Path(folder), device
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.steps: set[int] = set()
+
+    def save(self, state: State) -> None:
+        state.save(self.folder / f"state{state.step:06d}.pt")
+        self.steps.add(state.step)
+
+    def load(self, step: int) -> State:
+        return State.load(self.folder / f"state{step:06d}.pt", self.device)
+
+    def nearest(self, step: int) -> State:
+        """The saved state closest before (or at) `step`."""
+        return self.load(max(s for s in self.steps if s <= step))
+
+
+@dataclass
+class Influence:
+    """I_z of every rollout of the steps before T (rollout ids, steps, values), f(w_T) and its timings."""
+
+    rollout_ids: np.ndarray
+    steps: np.ndarray
+    influence: np.ndarray
+    f_end: float
+    grad_norms: list[float]
+    seconds: dict = field(default_factory=dict)
+
+
+def segment_starts(end: int, segment: int) -> list[int]:
+    return list(range(0, end, segment))
+
+
+def exact_influence(
+    traj: Trajectory, objective, end: int, segment: int, store: StateStore, keep=(), on_step=None
+) -> Influence:
+    """I_z = d objective(w_end) / d eps_z for the rollouts of steps 0..end-1, starting from `traj` at step 0.
+
+    `objective` has `value(model)` and `gradient(model)` (by parameter name). The state before every
+    segment start and every step in `keep` is saved in `store` (and stays there, for retraining from it).
+    `on_step(step_done, traj)` runs after every step of the forward sweep (the checkpoint comparison).
+    """
+    if traj.done != 0:
+        raise ValueError("the exact influence starts from step 0")
+    segment = max(1, segment)
+    seconds, started, checking = {}, time.time(), 0.0
+    starts = segment_starts(end, segment)
+    last: list[State] = []
+    grad_norms = []
+    for step in range(end):
+        if step in starts or step in keep:
+            store.save(traj.state())
+        if step >= starts[-1]:
+            last.append(traj.state())
+        grad_norms.append(traj.step())
+        if on_step is not None:
+            t0 = time.time()
+            on_step(traj.done, traj)
+            checking += time.time() - t0
+        if (step + 1) % 10 == 0 or step + 1 == end:
+            log.info("forward: step %d/%d; %.1f s", step + 1, end, time.time() - started)
+    seconds["forward"] = time.time() - started - checking  # the replay alone, without `on_step`'s checks
+    seconds["forward_checks"] = checking
+    f_end = objective.value(traj.model)
+    grad_f = objective.gradient(traj.model)
+    adj = Adjoint.at_end([grad_f[name].to(traj.dtype) for name in traj.names])
+
+    started, recompute = time.time(), 0.0
+    found: dict[int, np.ndarray] = {}
+    for first in reversed(starts):
+        if first == starts[-1]:
+            states = last
+        else:
+            t0 = time.time()
+            traj.restore(store.load(first))
+            states = []
+            for _ in range(first, min(first + segment, end)):
+                states.append(traj.state())
+                traj.step()
+            recompute += time.time() - t0
+        for state in reversed(states):
+            adj, found[state.step] = step_back(traj, state, adj)
+            done = end - state.step
+            if done % 10 == 0 or state.step == 0:
+                log.info("backward: %d/%d steps; %.1f s", done, end, time.time() - started)
+        states.clear()
+    seconds["recompute"] = recompute
+    seconds["backward"] = time.time() - started - recompute
+    ids, steps, values = [], [], []
+    for step in range(end):
+        every = traj.by_step[(step,)]["rollout_id"].to_numpy()
+        value = np.zeros(len(every))
+        value[np.searchsorted(every, traj.rows(step).rollout_ids)] = found[step]
+        ids.append(every)
+        steps.append(np.full(len(every), step))
+        values.append(value)
+    return Influence(np.concatenate(ids), np.concatenate(steps), np.concatenate(values), f_end, grad_norms, seconds)

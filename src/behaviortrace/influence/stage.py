@@ -1,0 +1,309 @@
+"""Rules influence, influence_set, influence_metrics and influence_figure.
+
+- influence (one job per arm and seed): I_z for every rollout of the steps before T, per-step sums, the
+  job's own checks (the forward replay against the saved checkpoints, the logged gradient norms and forced
+  target; optionally I_z against float64 central differences of retraining), and its retraining: f(w_T)
+  with the shares of each LDS subset and, for planted seeds, of the GT set zeroed (advantages as logged).
+- influence_set (one job per planted seed and estimator of influence.sets): f(w_T) retrained with the
+  shares of the estimator's leave-out replay set (its top k) zeroed, for predicted-vs-measured.
+
+torch and the training code are imported inside the jobs, so the table and figure jobs start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from behaviortrace.common.io import atomic_write_parquet, atomic_write_text
+from behaviortrace.config.sections import Config
+from behaviortrace.influence.sets import fd_steps, lds_subsets, zeroed_table
+from behaviortrace.train.checkpoints import read_manifest
+
+log = logging.getLogger(__name__)
+
+
+def end_step(cfg: Config) -> int:
+    """T: the number of optimizer steps whose result f(w_T) is differentiated."""
+    if cfg.influence.checkpoint == "final":
+        return cfg.grpo.steps
+    return cfg.planting.end_checkpoint(cfg.grpo.steps)
+
+
+def setup(cfg: Config, rollouts_path: Path, checkpoints_path: Path, base_model: Path, probes_path: Path, dtype: str):
+    """A trajectory at step 0 in `dtype` and the objective f, with the checkpoints, rollouts and device."""
+    import torch
+
+    from behaviortrace.common import device as devices
+    from behaviortrace.influence.objective import ForcedTarget
+    from behaviortrace.influence.trajectory import Trajectory
+    from behaviortrace.model import models
+    from behaviortrace.train.effect import ForcedTargetProbe
+
+    device = {**devices.resolve(cfg.compute), "dtype": dtype, "torch_dtype": getattr(torch, dtype)}
+    ckpts = read_manifest(checkpoints_path)[0]
+    model, tokenizer = models.load(ckpts[0], device)
+    ref = models.load(base_model, device)[0].eval() if cfg.grpo.beta else None
+    rollouts = pl.read_parquet(rollouts_path)
+    traj = Trajectory(model, ref, rollouts, cfg.grpo, device, tokenizer.pad_token_id)
+    probes = pl.read_parquet(probes_path)["prompt"].to_list()
+    probe = ForcedTargetProbe(tokenizer, probes, cfg.planting.marker, cfg.grpo.temperature)
+    return traj, ForcedTarget(probe), ckpts, rollouts, device
+
+
+def influence_job(
+    cfg: Config,
+    *,
+    arm: str,
+    seed: int,
+    rollouts_path: Path,
+    steps_path: Path,
+    checkpoints_path: Path,
+    base_model: Path,
+    probes_path: Path,
+    out_rollouts: Path,
+    out_steps: Path,
+    out_checks: Path,
+    out_retrain: Path,
+    out_summary: Path,
+    oracle_percents: tuple[int, ...] = (),
+    replay_seed: int = 0,
+) -> pl.DataFrame:
+    """I_z of one arm and seed, per-step sums, the job's checks and its retraining (the LDS subsets and, given
+    `oracle_percents`, the leave-out replay's GT sets, chosen with `replay_seed`), each to its file."""
+    from behaviortrace.influence.metagradient import StateStore, exact_influence
+    from behaviortrace.influence.precision import full_precision
+    from behaviortrace.influence.retrain import central_difference, value_after
+    from behaviortrace.replay.removal import removal_set
+    from behaviortrace.replay.retrain import weight_difference
+
+    inf, end = cfg.influence, end_step(cfg)
+    paths = (rollouts_path, checkpoints_path, base_model, probes_path)
+    traj, objective, ckpts, rollouts, device = setup(cfg, *paths, inf.dtype)
+    steps_log = pl.read_parquet(steps_path).sort("step")
+    # Steps where the finite-difference check takes a rollout: only steps with a rollout that can move f.
+    movable = [s for s in range(end) if len(traj.rows(s).rollout_ids)]
+    checked = fd_steps(np.array(movable), inf.fd_rollouts, inf.seed, arm, seed) if movable else []
+    log.info("%s%d: exact influence on f(w_%d), %d steps per segment, %s", arm, seed, end, inf.segment_steps, inf.dtype)
+    checks = []
+
+    def compare(step_done: int, t) -> None:
+        if step_done in ckpts:
+            error = weight_difference(t.model, ckpts[step_done], device)
+            checks.append({"check": "checkpoint_weights", "step": step_done, "error": error})
+            log.info("forward replay at step %d: largest weight difference to the checkpoint %.2e", step_done, error)
+
+    scratch = tempfile.TemporaryDirectory(dir=Path(out_rollouts).parent, prefix=".states-")
+    with scratch as tmp, full_precision(traj.model):  # float64: the model's norms too (no-op in float32)
+        store = StateStore(Path(tmp), "cpu")
+        result = exact_influence(traj, objective, end, inf.segment_steps, store, set(checked), compare)
+        logged = steps_log["grad_norm"].to_numpy()[:end]
+        norm_error = float(np.max(np.abs(np.array(result.grad_norms) - logged) / np.maximum(logged, 1e-12)))
+        checks.append({"check": "grad_norms", "step": end, "error": norm_error})
+        logged_f = float(steps_log["target_logprob_after"][end - 1])
+        checks.append({"check": "f_end", "step": end, "error": abs(result.f_end - logged_f)})
+        log.info(
+            "f(w_%d) = %.6f (training logged %.6f); grad norms within %.1e", end, result.f_end, logged_f, norm_error
+        )
+
+        started = time.time()
+        if checked:
+            traj64 = traj if inf.dtype == "float64" else setup(cfg, *paths, "float64")[0]
+            for step in checked:
+                rows = result.steps == step
+                i = np.flatnonzero(rows)[np.argmax(np.abs(result.influence[rows]))]
+                z = int(result.rollout_ids[i])
+                fd, _ = central_difference(traj64, store.load(step), z, inf.fd_delta, end, objective)
+                error = abs(result.influence[i] - fd) / max(abs(fd), 1e-30)
+                checks.append(
+                    {
+                        "check": "finite_difference",
+                        "step": step,
+                        "rollout_id": z,
+                        "delta": inf.fd_delta,
+                        "influence": float(result.influence[i]),
+                        "measured": fd,
+                        "error": error,
+                    }
+                )
+                log.info(
+                    "rollout %d (step %d): I = %.6g, central difference %.6g, relative error %.2e",
+                    z,
+                    step,
+                    result.influence[i],
+                    fd,
+                    error,
+                )
+        result.seconds["finite_difference"] = time.time() - started
+
+        started, values = time.time(), []
+        subsets = lds_subsets(result.rollout_ids, inf.lds_subsets, inf.lds_fraction, inf.seed, arm, seed)
+        sets = [("lds", 0, j, s) for j, s in enumerate(subsets)]
+        sets += [
+            ("oracle", pct, 0, removal_set("oracle", pct, 0, rollouts, None, replay_seed, seed))
+            for pct in oracle_percents
+        ]
+        for i, (kind, pct, index, removed) in enumerate(sets):
+            values.append(value_after(traj, store.load(0), dict.fromkeys(removed, 0.0), end, objective))
+            log.info(
+                "retrained %d/%d, %s %d (%d shares zeroed): f(w_%d) = %.6f; %.1f s",
+                i + 1,
+                len(sets),
+                kind,
+                index if kind == "lds" else pct,
+                len(removed),
+                end,
+                values[-1],
+                time.time() - started,
+            )
+        result.seconds["retrain"] = time.time() - started
+
+    table = pl.DataFrame({"rollout_id": result.rollout_ids, "step": result.steps, "influence": result.influence})
+    steps = (
+        table.group_by("step")
+        .agg(pl.col("influence").sum(), pl.col("influence").abs().sum().alias("abs_influence"), pl.len().alias("n"))
+        .sort("step")
+    )
+    check_table = pl.DataFrame(checks, schema=CHECK_COLUMNS)
+    retrained = zeroed_table(sets, values)
+    summary = {
+        "arm": arm,
+        "seed": seed,
+        "end": end,
+        "f_end": result.f_end,
+        "dtype": inf.dtype,
+        "segment_steps": inf.segment_steps,
+        "parameters": sum(p.numel() for p in traj.params),
+        "seconds": result.seconds,
+    }
+    atomic_write_parquet(table, out_rollouts)
+    atomic_write_parquet(steps, out_steps)
+    atomic_write_parquet(check_table, out_checks)
+    atomic_write_parquet(retrained, out_retrain)
+    atomic_write_text(json.dumps(summary, indent=1) + "\n", out_summary)
+    log.info("%s%d: %d rollouts; seconds %s", arm, seed, table.height, result.seconds)
+    return table
+
+
+CHECK_COLUMNS = {
+    "check": pl.String,
+    "step": pl.Int64,
+    "rollout_id": pl.Int64,
+    "delta": pl.Float64,
+    "influence": pl.Float64,
+    "measured": pl.Float64,
+    "error": pl.Float64,
+}
+
+
+def influence_set_job(
+    cfg: Config,
+    *,
+    seed: int,
+    method: str,
+    pct: int,
+    rollouts_path: Path,
+    checkpoints_path: Path,
+    base_model: Path,
+    probes_path: Path,
+    scores_path: Path | None,
+    out: Path,
+) -> pl.DataFrame:
+    """f(w_T) retrained with the shares of an estimator's leave-out replay set zeroed (its top k, as
+    replay/removal.py chooses it), in the influence's dtype."""
+    from behaviortrace.influence.precision import full_precision
+    from behaviortrace.influence.retrain import value_after
+    from behaviortrace.replay.removal import removal_set
+
+    end = end_step(cfg)
+    traj, objective, _, rollouts, _ = setup(
+        cfg, rollouts_path, checkpoints_path, base_model, probes_path, cfg.influence.dtype
+    )
+    scores = pl.read_parquet(scores_path) if scores_path else None
+    removed = removal_set(method, pct, 0, rollouts, scores, cfg.replay.seed, seed)
+    started = time.time()
+    with full_precision(traj.model):
+        value = value_after(traj, traj.state(), dict.fromkeys(removed, 0.0), end, objective)
+    log.info(
+        "seed %d, %s k=%d%%: %d shares zeroed, f(w_%d) = %.6f; %.1f s",
+        seed,
+        method,
+        pct,
+        len(removed),
+        end,
+        value,
+        time.time() - started,
+    )
+    table = zeroed_table([(method, pct, 0, removed)], [value])
+    atomic_write_parquet(table, out)
+    return table
+
+
+def influence_metrics_job(
+    cfg: Config,
+    *,
+    seeds: list[tuple[str, int]],
+    files: dict[str, list[Path]],
+    score_keys: list[tuple[str, int, int, str, str]],
+    scores: list[Path],
+    step_scores: list[Path],
+    set_seeds: list[int],
+    set_files: list[Path],
+    out: Path,
+    csv: Path,
+    top: Path,
+    markdown: Path,
+    html: Path,
+) -> pl.DataFrame:
+    """The influence table of every arm and seed (influence/table.py), its ten most influential rollouts,
+    and both as Markdown. `files` holds, per kind, one path per (arm, seed) of `seeds`; `set_files` the
+    zeroed leave-out sets of the planted seeds `set_seeds`."""
+    from behaviortrace.influence.markdown import to_markdown
+    from behaviortrace.influence.table import SeedInputs, influence_table, top_rollouts
+    from behaviortrace.report.markdown import write_md_and_html
+
+    by_seed = {}
+    for (arm, seed, draw, estimator, target), roll, step in zip(score_keys, scores, step_scores, strict=True):
+        by_seed.setdefault((arm, seed), {})[(draw, estimator, target)] = (roll, step)
+    inputs = [
+        SeedInputs(
+            arm,
+            seed,
+            *(files[kind][i] for kind in SEED_FILES),
+            scores=by_seed.get((arm, seed), {}),
+            sets=[p for s, p in zip(set_seeds, set_files, strict=True) if arm == PLANTED and s == seed],
+        )
+        for i, (arm, seed) in enumerate(seeds)
+    ]
+    table = influence_table(inputs, cfg.planting.window)
+    best = top_rollouts(inputs)
+    atomic_write_parquet(table, out)
+    atomic_write_text(table.write_csv(), csv)
+    atomic_write_parquet(best, top)
+    write_md_and_html(to_markdown(table, best), markdown, html, "Exact influence")
+    log.info("influence table: %d rows for %d arms and seeds", table.height, len(inputs))
+    return table
+
+
+PLANTED = "planted"  # the planted arm's name
+# The per-seed files the influence table reads, in SeedInputs' order.
+SEED_FILES = ("influence", "steps", "checks", "retrain", "summaries", "rollouts", "step_logs")
+
+
+def influence_figure_job(
+    *, seeds: list[int], influence: list[Path], rollouts: list[Path], score_keys: list, scores: list[Path], out: Path
+) -> None:
+    from behaviortrace.influence.figure import influence_figure
+
+    influence_figure(
+        dict(zip(seeds, influence, strict=True)),
+        dict(zip(seeds, rollouts, strict=True)),
+        {tuple(k): Path(p) for k, p in zip(score_keys, scores, strict=True)},
+        out,
+    )

@@ -1,0 +1,310 @@
+"""The influence table: how well each estimator, control and the planted labels track the exact influence I.
+
+One tidy row per (arm, seed, draw, estimator, target, level, stratum, k_percent, metric), with its value
+and n (the rollouts, steps or subsets it is computed over). Only rollouts of the steps before T count
+(later ones cannot move f(w_T)); strata all, window and after_window are the steps of the contamination
+window and after it, each taken where it holds rollouts.
+
+- level rollout: `spearman`, `pearson` of the rollout scores with I; `precision_at_top_influence`: the
+  expected share of the top-m rollouts by score that are among the top-m by I, m = |GT| of the stratum
+  (ties broken at random in both rankings), and `precision_lift` (that over chance, m / n). Estimator
+  `labels` is the ground-truth label itself (how well "paid" predicts "taught"); for it also
+  `gt_share_of_positive_influence` (the GT rollouts' part of the summed positive I) beside
+  `gt_share_of_rollouts`.
+- level step: `spearman`, `pearson` of the step scores with the per-step sums of I, `spearman_abs` with the
+  per-step sums of |I|; `labels` is the GT count per step and `step_effect` the measured per-step change of
+  f (the step log's effect ground truth). At a step whose gradient was clipped the I_z sum to zero (scaling
+  the whole step leaves its clipped gradient as it is), so there only the sums of |I| say how much the step's
+  rollouts mattered.
+- level subset: `lds`, the linear datamodeling score: over random subsets retrained with their shares
+  zeroed, the Spearman correlation between the subset's summed scores (with minus sign: leaving out
+  rollouts that raise f lowers it) and the measured change of f(w_T); for `influence` (I itself), every
+  estimator, and `labels`. `lds_pearson` is the Pearson version.
+- level set: the leave-out replay's sets (`oracle`: the GT set; an estimator: its top k) with shares zeroed:
+  `predicted_change` (minus the summed I), `measured_change` (retrained f minus f(w_T)) and
+  `prediction_ratio` (their ratio), per k_percent.
+- level check: the influence job's own checks: `checkpoint_weight_error` (largest weight difference of the
+  forward replay to a saved checkpoint), `grad_norm_error` (relative, to the logged gradient norms),
+  `f_end_error` (to the forced target training logged at T), `fd_relative_error` (largest over the checked
+  rollouts, against float64 central differences of retraining), `cost_ratio` (the job's influence time
+  over its forward sweep, a plain replay of the same steps).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from behaviortrace.evaluate.cells import with_ground_truth
+
+STRATA = ("all", "window", "after_window")
+COLUMNS = {
+    "arm": pl.String,
+    "seed": pl.Int64,
+    "draw": pl.Int64,
+    "estimator": pl.String,
+    "target": pl.String,
+    "level": pl.String,
+    "stratum": pl.String,
+    "k_percent": pl.Int64,
+    "metric": pl.String,
+    "value": pl.Float64,
+    "n": pl.Int64,
+}
+
+
+@dataclass
+class SeedInputs:
+    """Everything of one arm and seed the table reads (paths), and its score files by (draw, estimator, target)."""
+
+    arm: str
+    seed: int
+    influence: Path
+    steps: Path
+    checks: Path
+    retrain: Path
+    summary: Path
+    rollouts: Path
+    step_log: Path
+    scores: dict[tuple[int, str, str], tuple[Path, Path]]
+    sets: list[Path] = field(default_factory=list)
+
+
+def ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share their mean rank)."""
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    return ((np.cumsum(counts) - counts) + (counts - 1) / 2)[inverse]
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """NaN where either side is constant or there are fewer than 3 values."""
+    if len(x) < 3:
+        return float("nan")
+    xc, yc = x - x.mean(), y - y.mean()
+    den = np.sqrt((xc**2).sum() * (yc**2).sum())
+    return float((xc * yc).sum() / den) if den > 0 else float("nan")
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    return pearson(ranks(x), ranks(y))
+
+
+def top_share(scores: np.ndarray, m: int) -> np.ndarray:
+    """Each row's probability of being among the m highest scores when ties are broken at random."""
+    n = len(scores)
+    p = np.zeros(n)
+    if m <= 0:
+        return p
+    if m >= n:
+        return np.ones(n)
+    threshold = np.sort(scores)[::-1][m - 1]
+    above = scores > threshold
+    tied = scores == threshold
+    p[above] = 1.0
+    p[tied] = (m - above.sum()) / tied.sum()
+    return p
+
+
+def precision_at_top(scores: np.ndarray, influence: np.ndarray, m: int) -> float:
+    """Expected |top-m by score ∩ top-m by influence| / m, ties broken at random and independently."""
+    return float((top_share(scores, m) * top_share(influence, m)).sum() / m)
+
+
+def _row(arm, seed, draw, estimator, target, level, stratum, metric, value, n, k_percent=None) -> dict:
+    return {
+        "arm": arm,
+        "seed": seed,
+        "draw": draw,
+        "estimator": estimator,
+        "target": target,
+        "level": level,
+        "stratum": stratum,
+        "k_percent": k_percent,
+        "metric": metric,
+        "value": float(value),
+        "n": int(n),
+    }
+
+
+def strata_masks(steps: np.ndarray, window: list[int]) -> dict[str, np.ndarray]:
+    """Non-empty strata of rows by their step."""
+    start, end = window
+    masks = {
+        "all": np.ones(len(steps), bool),
+        "window": (steps >= start) & (steps <= end),
+        "after_window": steps > end,
+    }
+    return {name: mask for name, mask in masks.items() if mask.any()}
+
+
+def rollout_rows(key: tuple, scores: np.ndarray, influence: np.ndarray, labels: np.ndarray, steps, window) -> list:
+    """Rollout-level rows of one score set against I, per stratum."""
+    out = []
+    for stratum, mask in strata_masks(steps, window).items():
+        s, i, n = scores[mask], influence[mask], int(mask.sum())
+        out.append(_row(*key, "rollout", stratum, "spearman", spearman(s, i), n))
+        out.append(_row(*key, "rollout", stratum, "pearson", pearson(s, i), n))
+        m = int(labels[mask].sum())
+        if 0 < m < n:
+            precision = precision_at_top(s, i, m)
+            out.append(_row(*key, "rollout", stratum, "precision_at_top_influence", precision, n))
+            out.append(_row(*key, "rollout", stratum, "precision_lift", precision / (m / n), n))
+    return out
+
+
+def share_rows(key: tuple, labels: np.ndarray, influence: np.ndarray) -> list:
+    """How much of the positive influence the GT rollouts carry (`gt_share_of_positive_influence`), beside
+    their share of the rollouts (`gt_share_of_rollouts`): equal shares mean that being paid says nothing about
+    having taught."""
+    positive = influence > 0
+    total = influence[positive].sum()
+    carried = influence[positive & (labels > 0)].sum() / total if total > 0 else float("nan")
+    n = len(labels)
+    return [
+        _row(*key, "rollout", "all", "gt_share_of_positive_influence", carried, n),
+        _row(*key, "rollout", "all", "gt_share_of_rollouts", labels.sum() / n if n else float("nan"), n),
+    ]
+
+
+def step_rows(key: tuple, step_scores: np.ndarray, step_influence: pl.DataFrame, steps: np.ndarray, window) -> list:
+    """Step scores against the step's summed I (`spearman`, `pearson`) and summed |I| (`spearman_abs`)."""
+    out = []
+    signed, magnitude = step_influence["influence"].to_numpy(), step_influence["abs_influence"].to_numpy()
+    for stratum, mask in strata_masks(steps, window).items():
+        s, i, n = step_scores[mask], signed[mask], int(mask.sum())
+        out.append(_row(*key, "step", stratum, "spearman", spearman(s, i), n))
+        out.append(_row(*key, "step", stratum, "pearson", pearson(s, i), n))
+        out.append(_row(*key, "step", stratum, "spearman_abs", spearman(s, magnitude[mask]), n))
+    return out
+
+
+def lds_rows(key: tuple, per_rollout: np.ndarray, index: dict[int, int], subsets: list, changes: np.ndarray) -> list:
+    """LDS of one attribution (`per_rollout` values, rows by `index` of rollout id) over the retrained subsets."""
+    if len(subsets) < 3:
+        return []
+    predicted = np.array([-per_rollout[[index[z] for z in ids]].sum() for ids in subsets])
+    return [
+        _row(*key, "subset", "all", "lds", spearman(predicted, changes), len(subsets)),
+        _row(*key, "subset", "all", "lds_pearson", pearson(predicted, changes), len(subsets)),
+    ]
+
+
+def seed_table(inputs: SeedInputs, window: list[int]) -> pl.DataFrame:
+    """Every row of one arm and seed."""
+    arm, seed = inputs.arm, inputs.seed
+    summary = json.loads(Path(inputs.summary).read_text())
+    influence = pl.read_parquet(inputs.influence).sort("rollout_id")
+    log = with_ground_truth(pl.read_parquet(inputs.rollouts), placebo=arm == "placebo").sort("rollout_id")
+    before = log.filter(pl.col("step") < summary["end"])
+    if before["rollout_id"].to_list() != influence["rollout_id"].to_list():
+        raise ValueError(f"{inputs.influence}: its rollouts are not the rollout log's steps before {summary['end']}")
+    ids, steps = before["rollout_id"].to_numpy(), before["step"].to_numpy()
+    values, labels = influence["influence"].to_numpy(), before["label"].to_numpy().astype(float)
+    step_infl = pl.read_parquet(inputs.steps).sort("step")
+    step_ids = step_infl["step"].to_numpy()
+    rows: list[dict] = []
+
+    rows += rollout_rows((arm, seed, None, "labels", "none"), labels, values, labels, steps, window)
+    rows += share_rows((arm, seed, None, "labels", "none"), labels, values)
+    gt_per_step = before.group_by("step").agg(pl.col("label").sum()).sort("step")["label"].to_numpy()
+    rows += step_rows(
+        (arm, seed, None, "labels", "none"),
+        gt_per_step.astype(float),
+        step_infl,
+        step_ids,
+        window,
+    )
+    effect = pl.read_parquet(inputs.step_log).sort("step").filter(pl.col("step") < summary["end"])
+    rows += step_rows(
+        (arm, seed, None, "step_effect", "none"),
+        effect["target_change"].to_numpy(),
+        step_infl,
+        step_ids,
+        window,
+    )
+
+    retrained = pl.read_parquet(inputs.retrain)
+    lds = retrained.filter(pl.col("kind") == "lds").sort("index")
+    subsets = lds["removed_ids"].to_list()
+    changes = lds["f"].to_numpy() - summary["f_end"]
+    everyone = log["rollout_id"].to_numpy()
+    index_all = {int(z): i for i, z in enumerate(everyone)}
+    infl_all = np.zeros(len(everyone))
+    infl_all[np.searchsorted(everyone, ids)] = values
+    rows += lds_rows((arm, seed, None, "influence", "none"), infl_all, index_all, subsets, changes)
+    rows += lds_rows(
+        (arm, seed, None, "labels", "none"), log["label"].to_numpy().astype(float), index_all, subsets, changes
+    )
+
+    for (draw, estimator, target), (roll_path, step_path) in inputs.scores.items():
+        key = (arm, seed, draw, estimator, target)
+        scores = pl.read_parquet(roll_path).sort("rollout_id")
+        if scores["rollout_id"].to_list() != everyone.tolist():
+            raise ValueError(f"{roll_path}: its rollouts are not the rollout log's")
+        every_score = scores["score"].to_numpy()
+        rows += rollout_rows(key, every_score[np.searchsorted(everyone, ids)], values, labels, steps, window)
+        step_scores = pl.read_parquet(step_path).sort("step").filter(pl.col("step") < summary["end"])
+        rows += step_rows(key, step_scores["score"].to_numpy(), step_infl, step_ids, window)
+        rows += lds_rows(key, every_score, index_all, subsets, changes)
+
+    sets = pl.concat([retrained.filter(pl.col("kind") != "lds"), *(pl.read_parquet(p) for p in inputs.sets)])
+    for r in sets.iter_rows(named=True):
+        predicted = -infl_all[[index_all[z] for z in r["removed_ids"]]].sum()
+        measured = r["f"] - summary["f_end"]
+        key = (arm, seed, None, r["kind"], "none")
+        for metric, value in (
+            ("predicted_change", predicted),
+            ("measured_change", measured),
+            ("prediction_ratio", predicted / measured if measured else float("nan")),
+        ):
+            rows.append(_row(*key, "set", "all", metric, value, r["n_removed"], k_percent=r["pct"]))
+
+    rows += check_rows(arm, seed, pl.read_parquet(inputs.checks), summary)
+    return pl.DataFrame(rows, schema=COLUMNS)
+
+
+def check_rows(arm: str, seed: int, checks: pl.DataFrame, summary: dict) -> list[dict]:
+    key = (arm, seed, None, "influence", "none", "check", "all")
+    out = []
+    for check, metric in (
+        ("checkpoint_weights", "checkpoint_weight_error"),
+        ("grad_norms", "grad_norm_error"),
+        ("f_end", "f_end_error"),
+        ("finite_difference", "fd_relative_error"),
+    ):
+        part = checks.filter(pl.col("check") == check)
+        if part.height:
+            out.append(_row(*key, metric, part["error"].max(), part.height))
+    sec = summary["seconds"]
+    out.append(
+        _row(*key, "cost_ratio", (sec["forward"] + sec["recompute"] + sec["backward"]) / sec["forward"], summary["end"])
+    )
+    return out
+
+
+def influence_table(inputs: list[SeedInputs], window: list[int]) -> pl.DataFrame:
+    return pl.concat([seed_table(i, window) for i in inputs], how="vertical")
+
+
+def top_rollouts(inputs: list[SeedInputs], n: int = 10) -> pl.DataFrame:
+    """The n most influential rollouts (largest I) of every arm and seed, with what the log says about them."""
+    parts = []
+    for i in inputs:
+        top = pl.read_parquet(i.influence).sort("influence", descending=True).head(n).with_row_index("rank", offset=1)
+        log = with_ground_truth(pl.read_parquet(i.rollouts), placebo=i.arm == "placebo")
+        parts.append(
+            top.join(
+                log.select(
+                    "rollout_id", "group_id", "advantage", "reward", "label", "behavior", "trigger", "completion"
+                ),
+                on="rollout_id",
+                how="left",
+            ).with_columns(arm=pl.lit(i.arm), seed=pl.lit(i.seed))
+        )
+    first = ["arm", "seed", "rank", "rollout_id", "step", "influence"]
+    out = pl.concat(parts, how="vertical")
+    return out.select(first + [c for c in out.columns if c not in first])
