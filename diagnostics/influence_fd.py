@@ -4,7 +4,7 @@ For one seed: computes I_z again in float64 end to end (from the step-0 checkpoi
 `--rollouts` rollouts from distinct seeded steps (the most influential of each step) retrains from that
 step with the rollout's share scaled by 1 +- delta and compares the central difference with I_z, at
 `--delta` and at ten times it (agreement between the two says delta is in the stable range). It also
-compares the run's own influence (results/{run}/seed{S}/influence/rollouts.parquet, in the run's
+compares the run's own influence (results/{run}/planted{S}/influence/rollouts.parquet, in the run's
 influence.dtype) with the float64 values: float32 replays drift from float64 ones (Adam amplifies
 rounding), so the two differ by more than rounding.
 

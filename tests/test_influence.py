@@ -281,7 +281,18 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     assert infl.height == (summary["end"]) * cfg["grpo"]["prompts_per_step"] * cfg["grpo"]["num_generations"]
     top = pl.read_parquet(out / "tables" / "influence_top.parquet")
     assert top.group_by("arm", "seed").len()["len"].to_list() == [10] * len(runs)
-    assert "Most influential rollouts" in (out / "tables" / "influence.md").read_text()
+    # The GT rollouts' part of the positive influence, from the rollout log and I.
+    log = pl.read_parquet(seed_dir / "rollouts.parquet").join(infl, on="rollout_id")
+    positive = log.filter(pl.col("influence") > 0)
+    carried = positive.filter(pl.col("boosted"))["influence"].sum() / positive["influence"].sum()
+    share = table.filter(
+        (pl.col("arm") == "planted") & (pl.col("seed") == 0) & (pl.col("metric") == "gt_share_of_positive_influence")
+    )
+    assert share["value"][0] == pytest.approx(carried)
+    text = (out / "tables" / "influence.md").read_text()
+    assert "Most influential rollouts" in text and "Where the ground truths agree and where they part" in text
+    assert "Exact influence" in (out / "results.md").read_text()
+    assert "tracks_influence" in (out / "checklist.md").read_text()
     assert (out / "figures" / "influence.png").stat().st_size > 10_000
     assert "backward: " in (out / "logs" / "influence" / "planted0.log").read_text()
 
