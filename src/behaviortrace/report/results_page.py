@@ -47,6 +47,7 @@ def results_page(
         _body(checklist, "## The numbers behind each verdict"),
         "## Training\n",
         _body(training),
+        "## What the planted labels can and cannot show\n",
         _body(controls),
         "## Leave-out replay\n",
         _body(replay),
