@@ -62,6 +62,7 @@ def reduced_config(model_dir: Path, device: str, dtype: str, steps: int) -> dict
     cfg["estimators"] = {name: cfg["estimators"][name] for name in ("tracincp", "gas", "norm", "fluency", "random")}
     cfg["evaluation"]["bootstrap"] = 50
     cfg["replay"].update(estimators=["gas"], random_repeats=1, checkpoints=["window_end"])
+    cfg["influence"].update(sets=["gas"], lds_subsets=3)  # the exact influence too, with the smallest LDS
     cfg["placebo"]["enabled"] = False
     cfg["checklist"]["max_self_check_error"] = tolerance_for(dtype)
     return cfg
