@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from behaviortrace.evaluate.correlation import pearson, spearman
+
 EFFECT_STRATA = ("all", "window", "after_window")
 MEASURED_TARGET = "forced"
 
@@ -30,23 +32,6 @@ def measured_changes(step_log: pl.DataFrame) -> pl.DataFrame:
     if out["change"].is_nan().any() or out["change"].is_null().any():
         raise ValueError("the step log has steps without a measured change (training ran without probe prompts)")
     return out
-
-
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Average ranks of each row of [b, n] (ties share their mean rank)."""
-    ranks = np.empty(x.shape, dtype=np.float64)
-    for row in range(x.shape[0]):
-        _, inverse, counts = np.unique(x[row], return_inverse=True, return_counts=True)
-        first = np.cumsum(counts) - counts
-        ranks[row] = (first + (counts - 1) / 2)[inverse]
-    return ranks
-
-
-def _pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Row-wise Pearson correlation of [b, n] arrays; NaN where either row is constant."""
-    xc, yc = x - x.mean(-1, keepdims=True), y - y.mean(-1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (xc * yc).sum(-1) / np.sqrt((xc**2).sum(-1) * (yc**2).sum(-1))
 
 
 def block_resamples(n: int, n_boot: int, seed: int) -> np.ndarray:
@@ -80,8 +65,8 @@ class EffectCell:
         s = np.array([scores[int(t)] for t in self.steps], dtype=np.float64)[self.draws]
         d = self.change[self.draws]
         out = {
-            "effect_pearson": (_pearson(s, d), len(self.steps)),
-            "effect_spearman": (_pearson(_ranks(s), _ranks(d)), len(self.steps)),
+            "effect_pearson": (pearson(s, d), len(self.steps)),
+            "effect_spearman": (spearman(s, d), len(self.steps)),
         }
         if with_share:
             with np.errstate(invalid="ignore", divide="ignore"):

@@ -188,8 +188,9 @@ class Capture:
                 self._hook_embedding_calls(module, own)
                 continue
             hook = {
-                LINEAR: self._linear_hook,
-                CONV1D: self._conv1d_hook,
+                LINEAR: lambda own: self._matmul_hook(own, input_is_row_factor=False),
+                # transformers' Conv1D: out = x @ W + b with W [in, out], so the input is the row factor.
+                CONV1D: lambda own: self._matmul_hook(own, input_is_row_factor=True),
                 EMBEDDING: self._embedding_hook,
                 GENERIC: self._generic_hook,
             }[rule](own)
@@ -242,27 +243,9 @@ class Capture:
             output.requires_grad_(True)
         return output
 
-    def _linear_hook(self, own: dict[str, str]):
-        def hook(module, args, output):
-            x = args[0].detach()
-            batch = self._rows(module, x)
-            output = self._grad_able(output)
-
-            def on_grad(g):
-                g = g.detach().float().reshape(batch, -1, g.shape[-1])
-                xs = self._as_float(x, batch)
-                if "weight" in own:
-                    self.result.matrix[own["weight"]].append((Factor(g), xs))
-                if "bias" in own:
-                    self.result.add_dense(own["bias"], g.sum(1))
-
-            output.register_hook(on_grad)
-            return output
-
-        return hook
-
-    def _conv1d_hook(self, own: dict[str, str]):
-        """transformers' Conv1D: out = x @ W + b with W [in, out], so the input is the row factor."""
+    def _matmul_hook(self, own: dict[str, str], input_is_row_factor: bool):
+        """A layer out = x W^T + b (nn.Linear: the output gradient is the row factor) or x W + b (Conv1D: the
+        input is)."""
 
         def hook(module, args, output):
             x = args[0].detach()
@@ -273,7 +256,8 @@ class Capture:
                 g = g.detach().float().reshape(batch, -1, g.shape[-1])
                 xs = self._as_float(x, batch)
                 if "weight" in own:
-                    self.result.matrix[own["weight"]].append((Factor(xs), g))
+                    pair = (Factor(xs), g) if input_is_row_factor else (Factor(g), xs)
+                    self.result.matrix[own["weight"]].append(pair)
                 if "bias" in own:
                     self.result.add_dense(own["bias"], g.sum(1))
 

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from behaviortrace.evaluate import correlation
 from behaviortrace.evaluate.cells import with_ground_truth
 
 STRATA = ("all", "window", "after_window")
@@ -74,23 +75,13 @@ class SeedInputs:
     sets: list[Path] = field(default_factory=list)
 
 
-def ranks(x: np.ndarray) -> np.ndarray:
-    """Average ranks (ties share their mean rank)."""
-    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
-    return ((np.cumsum(counts) - counts) + (counts - 1) / 2)[inverse]
-
-
 def pearson(x: np.ndarray, y: np.ndarray) -> float:
     """NaN where either side is constant or there are fewer than 3 values."""
-    if len(x) < 3:
-        return float("nan")
-    xc, yc = x - x.mean(), y - y.mean()
-    den = np.sqrt((xc**2).sum() * (yc**2).sum())
-    return float((xc * yc).sum() / den) if den > 0 else float("nan")
+    return float(correlation.pearson(np.asarray(x, float), np.asarray(y, float))) if len(x) >= 3 else float("nan")
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    return pearson(ranks(x), ranks(y))
+    return pearson(correlation.ranks(x), correlation.ranks(y))
 
 
 def top_share(scores: np.ndarray, m: int) -> np.ndarray:

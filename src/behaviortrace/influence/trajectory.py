@@ -23,7 +23,7 @@ import polars as pl
 import torch
 
 from behaviortrace.config.sections import Grpo
-from behaviortrace.gradients.batch import batch_to, completion_logps, pad_batch
+from behaviortrace.gradients.batch import batch_to, completion_logps, step_batch
 from behaviortrace.train.trl_surface import optimizer_and_schedule, rollout_losses
 
 
@@ -105,8 +105,8 @@ class Trajectory:
         """The step's model inputs (built once; the KL term's reference log-probs too, they never change)."""
         if step not in self._rows:
             rows = self.by_step[(step,)]
-            batch = pad_batch(rows["prompt_ids"].to_list(), rows["completion_ids"].to_list(), self.pad_id)
-            batch["advantages"] = torch.tensor(rows["advantage"].to_numpy(), dtype=torch.float32).to(self.dtype)
+            batch = step_batch(rows, self.pad_id)
+            batch["advantages"] = batch["advantages"].to(self.dtype)
             num_items, n_rows = int(batch["completion_mask"].sum()), rows.height
             ids = rows["rollout_id"].to_numpy()
             if not self.grpo.beta:
@@ -187,9 +187,7 @@ class Trajectory:
 
     def restore(self, state: State) -> None:
         """Continue training from `state` (copied: later steps leave it untouched)."""
-        with torch.no_grad():
-            for p, w in zip(self.params, state.weights, strict=True):
-                p.copy_(w)
+        self.set_weights(state.weights)
         self.optimizer.state.clear()
         if state.exp_avg is not None:
             for p, m, v in zip(self.params, state.exp_avg, state.exp_avg_sq, strict=True):
