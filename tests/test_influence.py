@@ -25,9 +25,9 @@ from behaviortrace.model import models
 from behaviortrace.replay.retrain import weight_difference
 from behaviortrace.train.effect import ForcedTargetProbe
 from conftest import typed
+from grpo_helpers import rounding_drift
+from tolerance import within
 
-# As tests/test_replay.py: float32 on one thread, the replay's summation order differs slightly from TRL's.
-WEIGHT_TOLERANCE = 1e-5
 # Float64 end to end with delta = 1e-6: the truncation error (delta^2 times the curvature) and the rounding
 # error (1e-16 / delta) are both far below this; at delta = 1e-2 the first step's Adam update is already
 # visibly nonlinear (errors of 30-90% were measured on this run), at 1e-8 rounding shows.
@@ -73,15 +73,56 @@ def test_forward_replay_reproduces_the_trained_weights(run, cpu, tmp_path):
     store = StateStore(tmp_path / "states", "cpu")
     result = exact_influence(traj, objective, STEPS, 2, store, on_step=compare)
     assert set(diffs) == {s for s in run["ckpts"] if s > 0}
-    assert max(diffs.values()) <= WEIGHT_TOLERANCE, diffs
+    # Two float32 computations of one training: within twice the rounding drift (tests/test_replay.py).
+    drift = rounding_drift(run["ckpts"], run["base_model"], run["rollouts"], run["cfg"])
+    assert within(max(diffs.values()), 2 * drift), (diffs, drift)
     steps = pl.read_parquet(run["dir"] / "steps.parquet").sort("step")
     np.testing.assert_allclose(result.grad_norms, steps["grad_norm"].to_numpy(), rtol=1e-4)
     # f(w_T) is the forced target training measured after its last step.
-    assert abs(result.f_end - steps["target_logprob_after"][-1]) < 1e-5
+    assert within(abs(result.f_end - steps["target_logprob_after"][-1]), 1e-5)
     # The comparison is sharp: zeroing one rollout's share moves the weights far more than the tolerance.
     one = int(run["rollouts"].filter(pl.col("step") == 0)["rollout_id"][0])
-    value_after(traj, store.load(0), {one: 0.0}, STEPS, objective)
-    assert weight_difference(traj.model, run["ckpts"][STEPS], cpu) > 100 * WEIGHT_TOLERANCE
+    f_without = value_after(traj, store.load(0), {one: 0.0}, STEPS, objective)
+    assert weight_difference(traj.model, run["ckpts"][STEPS], cpu) > 100 * drift
+    print(f"f(w_T) moves by {abs(f_without - result.f_end):.2e} without one rollout")
+    assert abs(f_without - result.f_end) > 100 * 1e-5  # the f check is as sharp
+
+
+def test_a_float64_replay_is_as_close_to_float32_training_as_rounding_allows(run, cpu):
+    """A float64 replay cannot reproduce float32 training more closely than float32 rounding lets two
+    computations agree, and that depends on the processor's kernels: AdamW turns a rounding difference of a
+    nearly cancelling gradient coordinate into a weight difference of up to lr (docs/reruns.md). So the bound
+    is measured on this machine, not assumed: the same replay in float32 (rounding_reference) and in float64.
+    The float32 replay and training are two float32 computations of the same steps, each that far from exact
+    arithmetic, so they agree within twice the drift (tests/test_replay.py). Leaving one rollout out moves
+    the weights far past it."""
+    from behaviortrace.influence.stage import rounding_reference
+
+    paths = [run["dir"] / name for name in ("rollouts.parquet", "checkpoints.json")]
+    paths += [run["base_model"], run["dir"] / "probes.parquet"]
+    reference, own = rounding_reference(typed(run["cfg"]), tuple(paths), STEPS, run["ckpts"])
+    assert set(reference) == {s for s in run["ckpts"] if s > 0} == {c["step"] for c in own}
+
+    def errors(weights=None):
+        traj, _ = trajectory(run, cpu, torch.float64)
+        error, drift = [], []
+
+        def compare(step_done):
+            if step_done in reference:
+                error.append(weight_difference(traj.model, run["ckpts"][step_done], cpu))
+                pairs = zip(traj.params, reference[step_done], strict=True)
+                drift.append(max(float((p.detach() - w).abs().max()) for p, w in pairs))
+
+        with full_precision(traj.model):
+            traj.run(STEPS, weights, on_step=compare)
+        return max(error), max(drift)
+
+    error, drift = errors()
+    float32_error = max(c["error"] for c in own)
+    print(f"checkpoint error: float32 replay {float32_error:.2e}, float64 replay {error:.2e}; drift {drift:.2e}")
+    assert 0 < drift and within(float32_error, 2 * drift), (float32_error, drift)
+    one = int(run["rollouts"].filter(pl.col("step") == 0)["rollout_id"][0])
+    assert errors({one: 0.0})[0] > 100 * drift
 
 
 def test_the_differentiated_terms_have_trls_gradient(run, cpu):
@@ -122,8 +163,8 @@ def test_influence_matches_central_differences_of_retraining(run, cpu, tmp_path,
             checked.append((step, result.influence[i], fd, coarser))
     assert np.isfinite(result.influence).all()
     for step, value, fd, coarser in checked:
-        assert abs(value - fd) <= FD_TOLERANCE * abs(fd), (step, value, fd)
-        assert abs(coarser - fd) <= FD_TOLERANCE * abs(fd), (step, fd, coarser)  # delta in the stable range
+        assert within(abs(value - fd), FD_TOLERANCE * abs(fd)), (step, value, fd)
+        assert within(abs(coarser - fd), FD_TOLERANCE * abs(fd)), (step, fd, coarser)  # delta in the stable range
     limit = typed({**run["cfg"], "grpo": {**run["cfg"]["grpo"], **grpo}}).grpo.max_grad_norm
     clipped = np.array(result.grad_norms) > limit
     if grpo:
@@ -134,7 +175,7 @@ def test_influence_matches_central_differences_of_retraining(run, cpu, tmp_path,
     # norm), so its rollouts' influences sum to zero: an independent check of the clipping adjoint.
     for step in np.flatnonzero(clipped):
         values = result.influence[result.steps == step]
-        assert abs(values.sum()) <= 1e-5 * np.abs(values).sum(), (step, values.sum())
+        assert within(abs(values.sum()), 1e-5 * np.abs(values).sum()), (step, values.sum())
 
 
 def test_the_influence_of_a_rollout_is_independent_of_segment_length(run, cpu, tmp_path):
@@ -170,7 +211,7 @@ def test_summed_influence_is_the_derivative_along_a_set(run, cpu, tmp_path):
             up = value_after(traj, store.load(0), dict.fromkeys(chosen, 1 + FD_DELTA), STEPS, objective)
             down = value_after(traj, store.load(0), dict.fromkeys(chosen, 1 - FD_DELTA), STEPS, objective)
             summed = result.influence[np.isin(result.rollout_ids, chosen)].sum()
-            assert abs((up - down) / (2 * FD_DELTA) - summed) <= FD_TOLERANCE * abs(summed), chosen
+            assert within(abs((up - down) / (2 * FD_DELTA) - summed), FD_TOLERANCE * abs(summed)), chosen
 
 
 def test_summed_influence_predicts_zeroing_a_few_shares(run, cpu, tmp_path):
@@ -243,9 +284,13 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
             r["metric"]: r["value"]
             for r in checks.filter((pl.col("arm") == arm) & (pl.col("seed") == seed)).iter_rows(named=True)
         }
-        # float64 replay of float32 training: the checkpoints and the logged norms and forced target agree closely.
-        assert value["checkpoint_weight_error"] <= 1e-5 and value["grad_norm_error"] <= 1e-4, value
-        assert value["f_end_error"] <= 1e-5 and value["fd_relative_error"] <= FD_TOLERANCE, value
+        # A float64 replay of float32 training comes only as close to the checkpoints as float32 rounding on this
+        # machine allows; the same replay in float32 must come closer than that rounding
+        # (test_a_float64_replay_is_as_close_to_float32_training_as_rounding_allows). The logged norms and
+        # forced target, which rounding barely moves, agree closely.
+        assert within(value["training_dtype_weight_error"], 2 * value["rounding_drift"]), value
+        assert within(value["grad_norm_error"], 1e-4), value
+        assert within(value["f_end_error"], 1e-5) and within(value["fd_relative_error"], FD_TOLERANCE), value
         assert value["cost_ratio"] > 1
     # Every score set of every run and draw against I, at the rollout and step levels, and its LDS.
     keys = score_keys(cfg["estimators"], cfg["evaluation"]["targets"])
@@ -315,6 +360,6 @@ def test_the_finite_difference_diagnostic_agrees_on_a_finished_run(finished_run,
     assert res.returncode == 0, res.stderr[-3000:]
     table = pl.read_parquet(out)
     assert table.height == 2 and table["step"].n_unique() == 2
-    assert (table["relative_error"] <= FD_TOLERANCE).all(), table
+    assert within(table["relative_error"].to_numpy(), FD_TOLERANCE), table
     # The run computed its influence in float64 too (the small config), so the two agree to rounding.
     assert "the run's influence vs float64: Spearman 1.0000" in res.stdout

@@ -15,9 +15,8 @@ from behaviortrace.replay.retrain import replay_training
 from behaviortrace.train.trl_surface import group_advantages as replay_advantages
 from behaviortrace.train.trl_surface import optimizer_and_schedule, rollout_losses
 from conftest import typed
-
-# Float32 on one thread: the replay's summation order differs slightly from TRL's shuffled batch.
-WEIGHT_TOLERANCE = 1e-5
+from grpo_helpers import rounding_drift
+from tolerance import within
 
 
 @pytest.fixture(scope="module")
@@ -50,19 +49,25 @@ def _max_diff(weights, checkpoint, cpu):
 
 
 def test_full_replay_reproduces_the_logged_weights(run, cpu):
+    """The replay and training are two float32 computations of the same steps (the replay's summation order
+    differs from TRL's shuffled batch). Each is as far from exact arithmetic as float32 rounding on this
+    processor carries a training, which the float32-vs-float64 replay measures (rounding_drift); so they
+    agree within twice that. Any real difference to training moves the weights far more."""
     weights, info = _replay(run, cpu)
     steps = sorted(s for s in run["ckpts"] if s > 0)
     diffs = {s: _max_diff(weights[s], run["ckpts"][s], cpu) for s in steps}
-    assert all(d <= WEIGHT_TOLERANCE for d in diffs.values()), diffs
+    drift = rounding_drift(run["ckpts"], run["base_model"], run["rollouts"], run["cfg"])
+    print(f"replay vs checkpoints {max(diffs.values()):.2e}; float32 vs float64 replay {drift:.2e}")
+    assert within(max(diffs.values()), 2 * drift), (diffs, drift)
     # The replay's pre-clip gradient norms are the ones TRL logged.
     logged = pl.read_parquet(run["dir"] / "steps.parquet").sort("step")["grad_norm"].to_numpy()
     np.testing.assert_allclose(info["grad_norms"], logged, rtol=1e-4)
-    # The tolerance is tight: leaving out a single rollout, or dropping the KL term, moves the weights far more.
+    # The bound is tight: leaving out a single rollout, or dropping the KL term, moves the weights far more.
     one = run["rollouts"].filter(pl.col("step") == 0)["rollout_id"][0]
     moved, _ = _replay(run, cpu, removed=[one])
-    assert _max_diff(moved[steps[-1]], run["ckpts"][steps[-1]], cpu) > 100 * WEIGHT_TOLERANCE
+    assert _max_diff(moved[steps[-1]], run["ckpts"][steps[-1]], cpu) > 100 * drift
     no_kl, _ = _replay(run, cpu, grpo={**run["cfg"]["grpo"], "beta": 0.0})
-    assert _max_diff(no_kl[steps[-1]], run["ckpts"][steps[-1]], cpu) > 100 * WEIGHT_TOLERANCE
+    assert _max_diff(no_kl[steps[-1]], run["ckpts"][steps[-1]], cpu) > 100 * drift
 
 
 def _replay_every_row(run, cpu, grpo, removed, n_steps):
