@@ -107,35 +107,6 @@ def autograd_sketches(
     return np.array(wanted), np.array(norms), {name: values[at] for name, values in stored.items()}, rows
 
 
-def rounding_drift(checkpoints: dict[int, Path], base_model, rollouts: pl.DataFrame, cfg: dict) -> float:
-    """How far float32 rounding on this processor moves a run's training: the largest weight difference, at the
-    saved checkpoints after step 0, between a float32 and a float64 replay of its logged steps (the same code,
-    influence/trajectory.py). AdamW turns a rounding difference of a nearly cancelling gradient coordinate into
-    a weight difference of up to lr, so two float32 computations of one training (the training and its replay)
-    agree only to about this, and how closely depends on the kernels (docs/reruns.md)."""
-    from behaviortrace.influence.precision import full_precision
-    from behaviortrace.influence.trajectory import Trajectory
-
-    grpo_cfg = Config.from_dict(cfg).grpo
-    replays = []
-    for dtype in (torch.float32, torch.float64):
-        device = {"use_cuda": False, "device": "cpu", "dtype": str(dtype).removeprefix("torch."), "torch_dtype": dtype}
-        model, tokenizer = models.load(checkpoints[0], device)
-        ref = models.load(base_model, device)[0].eval()
-        traj = Trajectory(model, ref, rollouts, grpo_cfg, device, tokenizer.pad_token_id)
-        kept = {}
-
-        def keep(step_done, traj=traj, kept=kept):
-            if step_done in checkpoints:
-                kept[step_done] = [p.detach().double().clone() for p in traj.params]
-
-        with full_precision(model):
-            traj.run(max(checkpoints), on_step=keep)
-        replays.append(kept)
-    a, b = replays
-    return max(float((x - y).abs().max()) for s in a for x, y in zip(a[s], b[s], strict=True))
-
-
 def sketch_errors(wanted: np.ndarray, stored: np.ndarray) -> np.ndarray:
     """Per rollout: ||stored - wanted|| / ||wanted|| (the absolute error where the rollout's gradient is zero)."""
     diff = np.linalg.norm(stored - wanted, axis=1)

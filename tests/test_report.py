@@ -14,8 +14,7 @@ from PIL import Image
 from behaviortrace.report.markdown import markdown_to_html
 from behaviortrace.score import contract
 from conftest import snakemake
-from grpo_helpers import rounding_drift
-from tolerance import within
+from tolerance import UPDATE_TOLERANCE, within
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +214,7 @@ def test_sketch_coverage_verdict_reads_every_captured_step(finished_run, out, ch
 
 
 def test_replay_table_covers_every_seed_and_removal(finished_run, out):
-    workdir, cfg = finished_run
+    _, cfg = finished_run
     table = pl.read_parquet(out / "tables" / "replay.parquet")
     rp = cfg["replay"]
     per_seed = 1 + len(rp["k_percent"]) * (1 + len(rp["estimators"]) + rp["random_repeats"])
@@ -224,14 +223,9 @@ def test_replay_table_covers_every_seed_and_removal(finished_run, out):
     assert table.height == len(cfg["seeds"]) * per_seed * len(rp["checkpoints"]) * 2
     full = table.filter(pl.col("method") == "full")
     assert (full["n_removed"] == 0).all() and (full["change"] == 0).all()
+    assert within(full["update_error"].max(), UPDATE_TOLERANCE)  # reproduces the checkpoints (tolerance.py)
     for seed in cfg["seeds"]:
-        # The full replay reproduces the logged checkpoints within twice float32's rounding drift on this
-        # processor (tests/test_replay.py).
-        manifest = json.loads((out / f"planted{seed}" / "checkpoints.json").read_text())["checkpoints"]
-        ckpts = {c["step"]: workdir / c["path"] for c in manifest}
         rollouts = pl.read_parquet(out / f"planted{seed}" / "rollouts.parquet")
-        drift = rounding_drift(ckpts, out / "base_model", rollouts, cfg)
-        assert within(full.filter(pl.col("seed") == seed)["weight_diff"].max(), 2 * drift), drift
         oracle = table.filter((pl.col("seed") == seed) & (pl.col("method") == "oracle"))
         assert (oracle["n_removed_gt"] == int(rollouts["boosted"].sum())).all()
         removed = set(oracle["removed_ids"][0].to_list())

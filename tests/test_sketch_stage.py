@@ -101,7 +101,10 @@ def test_behavior_token_sketch_is_zero_exactly_without_a_marker_token(small_run,
         ).sum().backward()
         want, _ = smap.sketch_dense({n: p.grad for n, p in model.named_parameters()})
         assert want.abs().sum() > 0, name
-        assert torch.allclose(torch.from_numpy(out[step][name][i]), want, rtol=1e-4, atol=1e-9), name
+        # A sketch coordinate is a sum of many float32 products; its rounding scales with the sketch, not with
+        # what is left where the sum cancels (as tests/test_capture.py).
+        got = torch.from_numpy(out[step][name][i])
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max())), name
 
 
 def test_without_kl_zero_advantage_rollouts_skip_the_backward_and_the_sketches_still_add_up(small_run, cpu):

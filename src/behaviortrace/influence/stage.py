@@ -57,30 +57,6 @@ def setup(cfg: Config, rollouts_path: Path, checkpoints_path: Path, base_model: 
     return traj, ForcedTarget(probe), ckpts, rollouts, device
 
 
-def rounding_reference(cfg: Config, paths: tuple, end: int, ckpts: dict[int, Path]) -> tuple[dict, list[dict]]:
-    """The forward replay in the training's own dtype: its weights at the checkpoint steps up to `end` (float64,
-    on the host), and its checks against those checkpoints.
-
-    A replay in another dtype cannot come closer to the trained checkpoints than that dtype's rounding lets two
-    computations agree, and how close depends on the processor's kernels: AdamW divides by sqrt(v) + eps, so a
-    gradient coordinate that nearly cancels turns a rounding difference into a weight difference of up to lr.
-    The two replays, by the same code, measure that rounding on this machine; the replay in the training's
-    dtype must reproduce the checkpoints closer than that (docs/reruns.md)."""
-    from behaviortrace.replay.retrain import weight_difference
-
-    traj, _, _, _, device = setup(cfg, *paths, cfg.compute.dtype)
-    kept, checks = {}, []
-
-    def keep(step_done: int) -> None:
-        if step_done in ckpts:
-            kept[step_done] = [p.detach().double().cpu() for p in traj.params]
-            error = weight_difference(traj.model, ckpts[step_done], device)
-            checks.append({"check": "checkpoint_weights_training_dtype", "step": step_done, "error": error})
-
-    traj.run(end, on_step=keep)
-    return kept, checks
-
-
 def influence_job(
     cfg: Config,
     *,
@@ -105,7 +81,7 @@ def influence_job(
     from behaviortrace.influence.precision import full_precision
     from behaviortrace.influence.retrain import central_difference, value_after
     from behaviortrace.replay.removal import removal_set
-    from behaviortrace.replay.retrain import weight_difference
+    from behaviortrace.replay.retrain import update_error, weight_difference
 
     inf, end = cfg.influence, end_step(cfg)
     paths = (rollouts_path, checkpoints_path, base_model, probes_path)
@@ -115,26 +91,19 @@ def influence_job(
     movable = [s for s in range(end) if len(traj.rows(s).rollout_ids)]
     checked = fd_steps(np.array(movable), inf.fd_rollouts, inf.seed, arm, seed) if movable else []
     log.info("%s%d: exact influence on f(w_%d), %d steps per segment, %s", arm, seed, end, inf.segment_steps, inf.dtype)
-    started = time.time()
-    rounding, checks = rounding_reference(cfg, paths, end, ckpts) if inf.dtype != cfg.compute.dtype else ({}, [])
-    seconds_rounding = time.time() - started
+    checks = []
 
     def compare(step_done: int, t) -> None:
         if step_done in ckpts:
             error = weight_difference(t.model, ckpts[step_done], device)
+            share = update_error(t.model, ckpts[step_done], ckpts[0], device)
             checks.append({"check": "checkpoint_weights", "step": step_done, "error": error})
-            log.info("forward replay at step %d: largest weight difference to the checkpoint %.2e", step_done, error)
-        if step_done in rounding:
-            drift = max(
-                float((p.detach().double() - w).abs().max()) for p, w in zip(t.params, rounding[step_done], strict=True)
-            )
-            checks.append({"check": "rounding_drift", "step": step_done, "error": drift})
+            checks.append({"check": "checkpoint_update", "step": step_done, "error": share})
             log.info(
-                "step %d: %s replay vs %s replay, largest weight difference %.2e",
+                "forward replay at step %d: largest weight difference to the checkpoint %.2e, %.1e of the update",
                 step_done,
-                inf.dtype,
-                cfg.compute.dtype,
-                drift,
+                error,
+                share,
             )
 
     scratch = tempfile.TemporaryDirectory(dir=Path(out_rollouts).parent, prefix=".states-")
@@ -201,8 +170,6 @@ def influence_job(
                 time.time() - started,
             )
         result.seconds["retrain"] = time.time() - started
-        if rounding:
-            result.seconds["rounding_reference"] = seconds_rounding
 
     table = pl.DataFrame({"rollout_id": result.rollout_ids, "step": result.steps, "influence": result.influence})
     steps = (

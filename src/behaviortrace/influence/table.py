@@ -24,10 +24,9 @@ window and after it, each taken where it holds rollouts.
   `predicted_change` (minus the summed I), `measured_change` (retrained f minus f(w_T)) and
   `prediction_ratio` (their ratio), per k_percent.
 - level check: the influence job's own checks: `checkpoint_weight_error` (largest weight difference of the
-  forward replay to a saved checkpoint), `rounding_drift` (where `influence.dtype` is not the training's:
-  largest weight difference, at the checkpoints, between the replay and the same replay in the training's
-  dtype, the rounding that bounds how close it can come) and `training_dtype_weight_error` (that replay's
-  own checkpoint error), `grad_norm_error` (relative, to the logged
+  forward replay to a saved checkpoint), `checkpoint_update_error` (the L2 norm of that difference over the
+  norm of training's update from step 0 to the checkpoint, largest over the checkpoints; what holds on every
+  processor, docs/reruns.md), `grad_norm_error` (relative, to the logged
   gradient norms), `f_end_error` (to the forced target training logged at T), `fd_relative_error`
   (largest over the checked rollouts, against float64 central differences of retraining), `cost_ratio` (the
   job's influence time over its forward sweep, a plain replay of the same steps).
@@ -266,8 +265,7 @@ def check_rows(arm: str, seed: int, checks: pl.DataFrame, summary: dict) -> list
     out = []
     for check, metric in (
         ("checkpoint_weights", "checkpoint_weight_error"),
-        ("checkpoint_weights_training_dtype", "training_dtype_weight_error"),
-        ("rounding_drift", "rounding_drift"),
+        ("checkpoint_update", "checkpoint_update_error"),
         ("grad_norms", "grad_norm_error"),
         ("f_end", "f_end_error"),
         ("finite_difference", "fd_relative_error"),

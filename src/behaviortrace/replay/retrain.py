@@ -103,3 +103,21 @@ def weight_difference(model, checkpoint: Path, device: dict) -> float:
 
     saved = dict(models.load(checkpoint, device)[0].named_parameters())
     return max(float((p.detach() - saved[n].detach()).abs().max()) for n, p in model.named_parameters())
+
+
+def update_error(model, checkpoint: Path, start: Path, device: dict) -> float:
+    """||w - w_checkpoint|| / ||w_checkpoint - w_start||: how far the model is from a saved checkpoint, as a share
+    of the update training made from `start` to it.
+
+    The largest absolute difference is no measure of a replay's faithfulness that holds on every processor:
+    AdamW divides by sqrt(v) + eps, so a gradient coordinate that nearly cancels turns a rounding difference of
+    the processor's kernels into a weight difference of up to lr. Those coordinates are few, so the share of
+    the whole update they make stays small, while any real difference to training moves most coordinates
+    (docs/reruns.md)."""
+    saved = dict(models.load(checkpoint, device)[0].named_parameters())
+    first = dict(models.load(start, device)[0].named_parameters())
+    error = update = 0.0
+    for n, p in model.named_parameters():
+        error += float((p.detach().double() - saved[n].detach().double()).pow(2).sum())
+        update += float((saved[n].detach().double() - first[n].detach().double()).pow(2).sum())
+    return (error / update) ** 0.5

@@ -43,7 +43,7 @@ def replay_job(
     from behaviortrace.behavior.rates import behavior_rates
     from behaviortrace.common import device as devices
     from behaviortrace.model import models
-    from behaviortrace.replay.retrain import replay_training, weight_difference
+    from behaviortrace.replay.retrain import replay_training, update_error, weight_difference
 
     grpo, planting, targets = cfg.grpo, cfg.planting, cfg.targets
     device = devices.resolve(cfg.compute)
@@ -70,7 +70,7 @@ def replay_job(
         len(removed & gt),
         len(gt),
     )
-    rows, checks = [], {}
+    rows, checks, shares = [], {}, {}
 
     def measure(step_done: int, m) -> None:
         if step_done not in measured:
@@ -90,10 +90,12 @@ def replay_job(
                 rows.append({"checkpoint": measured[step_done], "step": step_done, **r})
         if method == "full" and step_done in ckpts:
             checks[step_done] = weight_difference(m, ckpts[step_done], device)
+            shares[step_done] = update_error(m, ckpts[step_done], ckpts[0], device)
             log.info(
-                "full replay at step %d: largest weight difference to the logged checkpoint %.2e",
+                "full replay at step %d: largest weight difference to the logged checkpoint %.2e, %.1e of the update",
                 step_done,
                 checks[step_done],
+                shares[step_done],
             )
         m.train()
         log.info(
@@ -115,6 +117,7 @@ def replay_job(
         n_removed=pl.lit(len(removed)),
         n_removed_gt=pl.lit(len(removed & gt)),
         weight_diff=pl.col("step").replace_strict(checks, default=None, return_dtype=pl.Float64),
+        update_error=pl.col("step").replace_strict(shares, default=None, return_dtype=pl.Float64),
         removed_ids=pl.lit(sorted(removed), dtype=pl.List(pl.Int64)),
     )
     first = ["seed", "method", "pct", "rep", "k", "n_removed", "n_removed_gt", "checkpoint", "step", "prompt_set"]

@@ -37,5 +37,3 @@ def target_cosine(matrix: np.ndarray, target, idx: np.ndarray) -> np.ndarray:
     t_norms = row_norms(target.vectors)[idx]
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.nan_to_num(target_inner(matrix, target, idx) / (norms * t_norms), nan=0.0, posinf=0.0, neginf=0.0)
-
-# edited by a test
