@@ -7,7 +7,7 @@
 VENV ?= .venv
 PYTHON ?= python3
 
-.PHONY: run test lint pytest pytest-second-cpu test-slurm clean-results browser results-page
+.PHONY: run test lint docs pytest pytest-second-cpu test-slurm clean-results browser results-page
 
 run: $(VENV)/.installed
 	$(VENV)/bin/snakemake --cores all
@@ -24,6 +24,10 @@ lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/snakefmt --check Snakefile workflow/rules
 	$(VENV)/bin/snakemake --lint
+
+# The config reference page, generated from the key definitions (a test fails when it is out of date).
+docs: $(VENV)/.installed
+	$(VENV)/bin/python -m behaviortrace.config.reference > docs/config.md
 
 # The test suite alone.
 pytest: $(VENV)/.installed-test browser

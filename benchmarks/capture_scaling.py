@@ -50,7 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import numpy as np  # noqa: E402
-import yaml  # noqa: E402
+
+from behaviortrace.config.load import defaults  # noqa: E402
 
 DEFAULT_SIZES = ("64x1", "128x2", "256x4", "512x6")  # hidden width x layers
 VARIANTS = ("none", "countsketch", "factored")
@@ -71,7 +72,7 @@ HASH_CACHE_BYTES, HASH_CACHE_COORDS = 12, 2**27
 
 
 def run_config(steps: int, variant: str, model_dir: Path, device: str, k: int) -> dict:
-    raw = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    raw = defaults()
     raw["compute"]["device"] = device
     raw["model"]["name"] = str(model_dir)
     raw["grpo"].update(steps=steps, save_every=steps, prompts_per_step=4, num_generations=4, max_new_tokens=64)
@@ -190,6 +191,7 @@ def measure(size: str, steps: int, device: str, k: int, work: Path) -> dict:
     from behaviortrace.common.device import resolve
     from behaviortrace.config.sections import Config
     from behaviortrace.model import families, models
+    from behaviortrace.model.stage import build_base_model
 
     hidden, layers = (int(x) for x in size.split("x"))
     raw = run_config(steps, "none", work / "source", device, k)
@@ -197,7 +199,7 @@ def measure(size: str, steps: int, device: str, k: int, work: Path) -> dict:
         "qwen2_tied", work / "source", raw["planting"]["trigger"], raw["planting"]["marker"], hidden, layers
     )
     cfg = Config.from_dict(raw)
-    model, tokenizer = models.build_base_model(cfg, resolve(cfg.compute))
+    model, tokenizer = build_base_model(cfg, resolve(cfg.compute))
     models.save(model, tokenizer, work / "base")
     rows = {}
     for variant in VARIANTS:

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from behaviortrace.common.device import resolve  # noqa: E402
-from behaviortrace.config.load import load  # noqa: E402
+from behaviortrace.configure import load  # noqa: E402
 from behaviortrace.influence.metagradient import StateStore, exact_influence  # noqa: E402
 from behaviortrace.influence.objective import ForcedTarget  # noqa: E402
 from behaviortrace.influence.stage import end_step  # noqa: E402

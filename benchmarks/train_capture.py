@@ -23,21 +23,22 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from behaviortrace.common.device import resolve  # noqa: E402
+from behaviortrace.config.load import defaults  # noqa: E402
 from behaviortrace.config.sections import Compute, Config  # noqa: E402
 from behaviortrace.model import models  # noqa: E402
+from behaviortrace.model.stage import build_base_model  # noqa: E402
 from behaviortrace.plant.prompts import plant_prompts  # noqa: E402
 from behaviortrace.train import grpo  # noqa: E402
 from behaviortrace.train.stage import capture_factory  # noqa: E402
 
 
 def short_config(steps: int) -> dict:
-    raw = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    raw = defaults()
     # The default plant's window, scaled to the shortened schedule (the default config's own at full length),
     # so that the share of steps with the marker in play matches the default run's.
     full = raw["grpo"]["steps"]
@@ -63,7 +64,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     device = resolve(Compute(device="cpu", dtype="float32"))
-    raw = short_config(args.steps or yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["grpo"]["steps"])
+    raw = short_config(args.steps or defaults()["grpo"]["steps"])
     cfg = Config.from_dict(raw)
     variants = {"training without capture": (raw, False)}
     for method in ("countsketch", "factored"):
@@ -73,7 +74,7 @@ def main() -> None:
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        model, tokenizer = models.build_base_model(cfg, device)
+        model, tokenizer = build_base_model(cfg, device)
         models.save(model, tokenizer, tmp / "base")
         prompts = plant_prompts(cfg.task, cfg.planting, cfg.grpo, cfg.probes, cfg.probes.seed)["train"]
         for round_ in range(args.repeats):

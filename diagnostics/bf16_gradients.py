@@ -38,6 +38,7 @@ import torch  # noqa: E402
 from behaviortrace.common.device import resolve  # noqa: E402
 from behaviortrace.config.sections import Compute, Config  # noqa: E402
 from behaviortrace.model import families, models  # noqa: E402
+from behaviortrace.model.stage import build_base_model  # noqa: E402
 from behaviortrace.plant.prompts import plant_prompts  # noqa: E402
 from behaviortrace.sketch import tolerance  # noqa: E402
 from behaviortrace.sketch.store import read_rows, read_steps  # noqa: E402
@@ -64,7 +65,7 @@ def measure(name: str, folder: Path) -> dict:
     fp32 = resolve(Compute(device="cpu", dtype="float32"))
     bf16 = resolve(Compute(device="cpu", dtype="bfloat16"))
     config = Config.from_dict(cfg)
-    model, tokenizer = models.build_base_model(config, fp32)
+    model, tokenizer = build_base_model(config, fp32)
     models.save(model, tokenizer, folder / "base")
     prompts = plant_prompts(config.task, config.planting, config.grpo, config.probes, config.probes.seed)["train"]
     out = {}

@@ -40,6 +40,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import yaml  # noqa: E402
 
+from behaviortrace.config.load import defaults  # noqa: E402
+
 SUMMARY = "gpu_check_summary.json"
 FAMILY, HIDDEN, LAYERS = "qwen2_tied", 128, 4
 
@@ -48,20 +50,20 @@ def reduced_config(model_dir: Path, device: str, dtype: str, steps: int) -> dict
     """The default config, reduced to a workflow of a few minutes, with the given model, device and dtype."""
     from behaviortrace.sketch.tolerance import tolerance_for
 
-    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    cfg = defaults()
     cfg.update(run=f"gpu_check_{dtype}", seeds=[0])
     cfg["compute"] = {"device": device, "dtype": dtype}
     cfg["model"]["name"] = str(model_dir)
     cfg["model"]["sft"].update(steps=4, batch_size=8)
     cfg["task"]["prompt_format"] = "auto"
-    cfg["probes"].update(n_probes=16, n_controls=16, samples_per_prompt=2)
+    cfg["probes"].update(n_probes=16, n_plain=16, samples_per_prompt=2)
     cfg["grpo"].update(steps=steps, prompts_per_step=4, num_generations=4, max_new_tokens=16, save_every=steps // 2)
     cfg["planting"].update(window=[0, steps // 2 - 1], explore=2)
     cfg["sketch"].update(mode="train", method="countsketch", k=65536, shard_steps=steps // 2, chunk_rollouts=16)
     cfg["targets"].update(draws=1, samples_per_prompt=2)
     cfg["estimators"] = {name: cfg["estimators"][name] for name in ("tracincp", "gas", "norm", "fluency", "random")}
     cfg["evaluation"]["bootstrap"] = 50
-    cfg["replay"].update(estimators=["gas"], random_repeats=1, checkpoints=["window_end"])
+    cfg["replay"].update(estimators=["gas"], random_repeats=1, measure_at=["window_end"])
     cfg["influence"].update(sets=["gas"], lds_subsets=3)  # the exact influence too, with the smallest LDS
     cfg["placebo"]["enabled"] = False
     cfg["checklist"]["max_self_check_error"] = tolerance_for(dtype)
@@ -280,7 +282,7 @@ def environment(device: str) -> dict:
 def build_model(folder: Path) -> Path:
     from behaviortrace.model.families import save_family
 
-    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["planting"]
+    cfg = defaults()["planting"]
     return save_family(FAMILY, folder, cfg["trigger"], cfg["marker"], hidden=HIDDEN, layers=LAYERS)
 
 

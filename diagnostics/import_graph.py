@@ -3,7 +3,12 @@
 Rules (tests/test_architecture.py checks them):
 - no import cycle between modules (package `__init__` files import nothing of the package);
 - a `stage` module (what a rule's script calls) is imported by no module of the package;
-- estimators import only the scoring helpers, never stages or training code.
+- estimators import only the vector helpers, never stages or training code;
+- dependencies point down: the subpackages stand in the layers of `LAYERS`, lowest first, and a library
+  module (any module of a subpackage but its `stage`) imports only its own subpackage and the layers below
+  its own; subpackages that share a layer do not import each other. The stage modules, and the modules
+  directly in `src/behaviortrace/` outside any subpackage, stand above every layer: they may import any
+  library module (never a stage), and no library module imports them.
 
 Run `python diagnostics/import_graph.py` to print the graph (one line per module, its imports after
 the arrow), any cycle, and any broken rule.
@@ -13,7 +18,24 @@ from __future__ import annotations
 
 import sys
 
-from behaviortrace.common.imports import imported_modules, module_files
+from behaviortrace.common.imports import PACKAGE_ROOT, imported_modules, module_files
+
+# The subpackages of src/behaviortrace/, one layer per entry, from the lowest to the highest (docs/layout.md
+# shows them in this order). A library module imports its own subpackage and the layers below its own only.
+LAYERS: list[tuple[str, ...]] = [
+    ("config",),  # the schema, loading and the typed sections: everything reads the config
+    ("common",),  # atomic writes, devices, seeds, code digests, Markdown, vector helpers
+    ("plant", "gradients"),  # the task and its planted behavior; batches, log-probs, per-example capture
+    ("model",),  # the tiny model, loading real ones, the prompt format, the SFT warm-up
+    ("train", "behavior"),  # GRPO and TRL's surface, checkpoints; behavior rates
+    ("sketch",),  # sketch maps, the capture preflight, the sketcher, train-time capture, stores
+    ("targets", "estimators"),  # target gradients; the estimator modules (on the vector helpers alone)
+    ("score",),  # the estimator contract (it loads the estimators), SeedView and Target
+    ("evaluate", "replay"),  # metrics and their cells; removal sets and retraining
+    ("report", "influence"),  # tables, checklist, figures, results page; exact influence
+]
+# Where the stage modules and the package's top-level modules stand: above every layer.
+TOP = len(LAYERS)
 
 
 def graph(with_packages: bool = True) -> dict[str, set[str]]:
@@ -72,10 +94,50 @@ def rule_violations(edges: dict[str, set[str]]) -> list[str]:
             if is_stage(dst):
                 problems.append(f"{src} imports the stage {dst} (stages are called by scripts only)")
         if src.startswith("behaviortrace.estimators."):
-            allowed = ("behaviortrace.score.vectors", "behaviortrace.score", "behaviortrace")
+            allowed = ("behaviortrace.common.vectors", "behaviortrace.common", "behaviortrace")
             extra = sorted(t for t in targets if t not in allowed)
             if extra:
-                problems.append(f"estimator {src} imports {', '.join(extra)} (only behaviortrace.score.vectors)")
+                problems.append(f"estimator {src} imports {', '.join(extra)} (only behaviortrace.common.vectors)")
+    return problems
+
+
+def subpackages() -> list[str]:
+    """The subpackages of src/behaviortrace/ (folders with an `__init__.py`), by name."""
+    return sorted(path.parent.name for path in PACKAGE_ROOT.glob("*/__init__.py"))
+
+
+def layer_of(name: str, layers: list[tuple[str, ...]] = LAYERS) -> int | None:
+    """The layer of module `name`: -1 for the package itself (its `__init__` holds the version only), TOP for a
+    stage and for a module directly in the package, the index in `layers` of its subpackage for any other
+    module, and None for a module of a subpackage that no layer holds."""
+    parts = name.split(".")
+    if len(parts) == 1:
+        return -1
+    index = {package: i for i, layer in enumerate(layers) for package in layer}
+    if parts[1] in index:
+        return TOP if is_stage(name) else index[parts[1]]
+    return None if parts[1] in subpackages() else TOP
+
+
+def upward_imports(edges: dict[str, set[str]], layers: list[tuple[str, ...]] = LAYERS) -> list[str]:
+    """Every import of a library module that breaks the layer order: one of a higher layer (a stage or a
+    top-level module included), or one of another subpackage of its own layer; and every module of a
+    subpackage that no layer holds."""
+    problems = []
+    for src, targets in sorted(edges.items()):
+        own = layer_of(src, layers)
+        if own is None:
+            problems.append(f"{src}: its subpackage is in no layer (diagnostics/import_graph.py LAYERS)")
+            continue
+        if own == TOP:
+            continue
+        # A package's `__init__` counts only where none of its modules is imported (they name it).
+        for dst in sorted(t for t in targets if not any(u.startswith(t + ".") for u in targets)):
+            theirs = layer_of(dst, layers)
+            if theirs is None or theirs > own:
+                problems.append(f"{src} (layer {own}) imports {dst} (layer {theirs}): a higher layer")
+            elif theirs == own and dst.split(".")[1] != src.split(".")[1]:
+                problems.append(f"{src} imports {dst}: another subpackage of its own layer ({own})")
     return problems
 
 
@@ -86,7 +148,7 @@ def main() -> int:
     for name in sorted(shown):
         print(f"{short(name):<26} -> {', '.join(sorted(short(t) for t in shown[name])) or '-'}")
     found = cycles(edges)
-    problems = rule_violations(edges)
+    problems = rule_violations(edges) + upward_imports(edges)
     print(
         f"\n{len(edges)} modules, {sum(map(len, edges.values()))} import edges, {len(found)} cycles, "
         f"{len(problems)} rule violations"

@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from behaviortrace.config.load import load
+from behaviortrace.configure import load
 from behaviortrace.influence.metagradient import StateStore, exact_influence
 from behaviortrace.influence.precision import full_precision
 from behaviortrace.influence.retrain import central_difference

@@ -88,7 +88,7 @@ def run_one(task: tuple[dict, dict, int, str]) -> tuple[dict, pl.DataFrame]:
 
     from behaviortrace.behavior.stage import behavior_job
     from behaviortrace.common.io import atomic_write_parquet, setup_logging
-    from behaviortrace.config.load import parse
+    from behaviortrace.configure import parse
     from behaviortrace.model.stage import base_model_job
     from behaviortrace.plant.stage import plant_data_job
     from behaviortrace.report.training import seed_summary
@@ -103,9 +103,7 @@ def run_one(task: tuple[dict, dict, int, str]) -> tuple[dict, pl.DataFrame]:
     summary_path = folder / "summary.parquet"
     if not summary_path.exists():  # resumable: finished plants and seeds are kept
         data = folder / "data"
-        plant_data_job(
-            cfg, train=data / "train.parquet", probes=data / "probes.parquet", controls=data / "controls.parquet"
-        )
+        plant_data_job(cfg, train=data / "train.parquet", probes=data / "probes.parquet", plain=data / "plain.parquet")
         base = folder / "base_model"
         if not base.exists():
             base_model_job(cfg, out=base)
@@ -125,7 +123,7 @@ def run_one(task: tuple[dict, dict, int, str]) -> tuple[dict, pl.DataFrame]:
             seed=seed,
             checkpoints_path=folder / "checkpoints.json",
             probes_path=data / "probes.parquet",
-            controls_path=data / "controls.parquet",
+            plain_path=data / "plain.parquet",
             out=folder / "behavior.parquet",
         )
         row = seed_summary(rollouts, behavior, cfg.planting)
@@ -147,14 +145,14 @@ def run_one(task: tuple[dict, dict, int, str]) -> tuple[dict, pl.DataFrame]:
 
 def judge(table: pl.DataFrame, behavior: pl.DataFrame, min_gap: float, max_control: float) -> pl.DataFrame:
     peaks = (
-        behavior.filter(pl.col("prompt_set") == "controls")
+        behavior.filter(pl.col("prompt_set") == "plain")
         .group_by("plant", "seed")
-        .agg(pl.col("behavior_rate").max().alias("control_max_any_checkpoint"))
+        .agg(pl.col("behavior_rate").max().alias("plain_max_any_checkpoint"))
     )
     return (
         table.join(peaks, on=["plant", "seed"], how="left")
-        .with_columns(gap=pl.col("probe_rate_window_end") - pl.col("control_rate_window_end"))
-        .with_columns(emerged=(pl.col("gap") >= min_gap) & (pl.col("control_max_any_checkpoint") <= max_control))
+        .with_columns(gap=pl.col("probe_rate_window_end") - pl.col("plain_rate_window_end"))
+        .with_columns(emerged=(pl.col("gap") >= min_gap) & (pl.col("plain_max_any_checkpoint") <= max_control))
     )
 
 
@@ -169,11 +167,11 @@ def to_markdown(table: pl.DataFrame, min_gap: float, max_control: float, steps: 
         "bonus",
         "trigger_rate",
         "n_explored",
-        "n_boosted",
+        "n_paid",
         "probe_rate_step0",
         "probe_rate_window_end",
-        "control_rate_window_end",
-        "control_max_any_checkpoint",
+        "plain_rate_window_end",
+        "plain_max_any_checkpoint",
         "gap",
         "emerged",
     ]
@@ -237,9 +235,10 @@ def main() -> None:
     ap.add_argument("--max-control", type=float, default=0.2)
     ap.add_argument("--plants", nargs="*", help="only these plants of the grid")
     args = ap.parse_args()
-    from behaviortrace.config.load import parse
+    from behaviortrace.config.load import complete
+    from behaviortrace.configure import parse
 
-    base = yaml.safe_load(Path(args.config).read_text())
+    base = complete(yaml.safe_load(Path(args.config).read_text()) or {})
     grid = yaml.safe_load(Path(args.grid).read_text()) if args.grid else GRID
     if args.plants:
         grid = [p for p in grid if p["name"] in args.plants]

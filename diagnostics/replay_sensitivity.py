@@ -26,10 +26,10 @@ import torch
 
 from behaviortrace.behavior.rates import behavior_rates
 from behaviortrace.common.device import resolve
-from behaviortrace.config.load import load as load_config
 from behaviortrace.config.sections import Compute, Config
+from behaviortrace.configure import load as load_config
 from behaviortrace.model import models
-from behaviortrace.replay.removal import random_k
+from behaviortrace.replay.removal import random_set
 from behaviortrace.replay.retrain import replay_training
 from behaviortrace.train.checkpoints import read_manifest
 
@@ -92,7 +92,7 @@ def main() -> None:
     rollouts = pl.read_parquet(run_dir / f"planted{args.seed}" / "rollouts.parquet").filter(pl.col("step") < args.steps)
     variants = {"full": (set(), 0.0), "noise": (set(), args.noise)}
     if args.n_random:
-        variants["random"] = (random_k(rollouts["rollout_id"].to_numpy(), args.n_random, args.removal_seed), 0.0)
+        variants["random"] = (random_set(rollouts["rollout_id"].to_numpy(), args.n_random, args.removal_seed), 0.0)
     if args.ids:
         variants["ids"] = (set(args.ids), 0.0)
     betas = {"": cfg.grpo.beta, **({"_nokl": 0.0} if args.no_kl and cfg.grpo.beta else {})}

@@ -48,7 +48,10 @@ def pytest_collection_modifyitems(items):
 
 
 def default_config() -> dict:
-    return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    """The default run's whole config: config/config.yaml with every default filled in."""
+    from behaviortrace.config.load import complete
+
+    return complete(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
 
 
 def small_config() -> dict:
@@ -56,7 +59,7 @@ def small_config() -> dict:
     cfg = copy.deepcopy(default_config())
     cfg["seeds"] = [0]
     cfg["model"]["tiny"]["pretrain_steps"] = 40
-    cfg["probes"].update(n_probes=8, n_controls=8, samples_per_prompt=2)
+    cfg["probes"].update(n_probes=8, n_plain=8, samples_per_prompt=2)
     cfg["grpo"].update(steps=6, prompts_per_step=3, num_generations=4, save_every=2, warmup_steps=0)
     cfg["grpo"]["beta"] = 0.1  # the default run has no KL term; the tests check its gradients and replay too
     cfg["planting"]["window"] = [0, 2]
@@ -65,7 +68,7 @@ def small_config() -> dict:
     cfg["sketch"].update(k=256, shard_steps=3, chunk_rollouts=5)
     cfg["targets"].update(samples_per_prompt=4)
     cfg["evaluation"]["bootstrap"] = 50
-    cfg["replay"].update(estimators=["gas", "norm"], random_repeats=2, checkpoints=["window_end", "final"])
+    cfg["replay"].update(estimators=["gas", "norm"], random_repeats=2, measure_at=["window_end", "final"])
     # Exact influence in float64, so that the job's own finite-difference check is exact; an estimator's set too.
     # A step-0 share of this run stays linear only below a delta of about 1e-6 (docs/influence.md): 1e-7.
     cfg["influence"].update(dtype="float64", fd_rollouts=2, fd_delta=1e-7, sets=["gas"])
@@ -95,10 +98,11 @@ def cpu() -> dict:
 @pytest.fixture(scope="session")
 def base_model_dir(tmp_path_factory, cfg, cpu) -> Path:
     from behaviortrace.model import models
+    from behaviortrace.model.stage import build_base_model
 
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("base") / "base_model"
-    model, tokenizer = models.build_base_model(typed(cfg), cpu)
+    model, tokenizer = build_base_model(typed(cfg), cpu)
     models.save(model, tokenizer, out)
     return out
 
@@ -119,7 +123,7 @@ def small_run(tmp_path_factory, cfg, base_model_dir, prompts, cpu) -> dict:
     out = tmp_path_factory.mktemp("small_run")
     prompts_path = out / "train_prompts.parquet"
     prompts["train"].write_parquet(prompts_path)
-    for name in ("probes", "controls"):
+    for name in ("probes", "plain"):
         prompts[name].write_parquet(out / f"{name}.parquet")
     rollouts, _ = run_training(cfg, base_model_dir, prompts["train"], 0, out, cpu, probes=prompts["probes"])
     return {"dir": out, "rollouts": rollouts, "cfg": cfg, "base_model": base_model_dir}
@@ -193,7 +197,7 @@ def finished_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("workflow")
     cfg = small_config()
     cfg.update(run="wf", seeds=[0, 1])
-    cfg["planting"]["fraction"] = 1.0  # more boosted rollouts in a six-step run
+    cfg["planting"]["fraction"] = 1.0  # more paid rollouts in a six-step run
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
     res = snakemake(workdir)
     assert res.returncode == 0, res.stderr[-4000:]

@@ -1,5 +1,6 @@
-"""The house plan holds: no import cycle, stages called by scripts only, estimators on the contract alone,
-rule files holding rules only, and scripts that read their paths from Snakemake."""
+"""The house plan holds: no import cycle, dependencies that point down the layers of docs/layout.md, stages called
+by scripts only, estimators on the vector helpers alone, rule files holding rules only, and scripts that read their
+paths from Snakemake."""
 
 import ast
 import re
@@ -21,6 +22,43 @@ def test_the_cycle_finder_finds_a_planted_cycle():
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert import_graph.cycles(edges) == [["a", "b", "c"]]
     assert import_graph.rule_violations({"x": {"behaviortrace.train.stage"}})
+
+
+def test_dependencies_point_down_the_layers():
+    assert import_graph.upward_imports(import_graph.graph()) == []
+
+
+def test_the_layer_check_finds_a_planted_upward_import():
+    up = import_graph.upward_imports
+    assert up({"behaviortrace.replay.table": {"behaviortrace.report.tables"}})  # a higher layer
+    assert up({"behaviortrace.influence.markdown": {"behaviortrace.report.tables"}})  # a peer in its own layer
+    assert up({"behaviortrace.score.contract": {"behaviortrace.configure"}})  # a top-level module
+    assert up({"behaviortrace.sketch.maps": {"behaviortrace.model.stage"}})  # a stage
+    unlayered = [layer for layer in import_graph.LAYERS if layer != ("model",)]
+    assert up({"behaviortrace.model.models": set()}, unlayered)  # a subpackage in no layer
+    # Down the layers, within a subpackage, and from a stage or a top-level module to anything: fine.
+    fine = {
+        "behaviortrace.report.checklist": {"behaviortrace", "behaviortrace.common.markdown", "behaviortrace.replay"},
+        "behaviortrace.sketch.capture": {"behaviortrace.sketch.loss_pass", "behaviortrace.train.checkpoints"},
+        "behaviortrace.model.stage": {"behaviortrace.sketch.preflight", "behaviortrace.model.models"},
+        "behaviortrace.configure": {"behaviortrace.score.contract", "behaviortrace.train.trl_surface"},
+    }
+    assert up(fine) == []
+
+
+def test_every_subpackage_stands_in_one_layer_and_the_layout_doc_shows_them_in_layer_order():
+    layered = [(i, package) for i, layer in enumerate(import_graph.LAYERS) for package in layer]
+    assert sorted(package for _, package in layered) == import_graph.subpackages()
+    doc = (ROOT / "docs" / "layout.md").read_text()
+    rows = [(int(n), name) for n, name in re.findall(r"^\| (\d+) \| `src/behaviortrace/(\w+)/` \|", doc, re.M)]
+    assert rows == layered
+
+
+def test_package_docstrings_name_only_modules_that_exist():
+    for init in (ROOT / "src" / "behaviortrace").glob("*/__init__.py"):
+        named = set(re.findall(r"(?<![\w/])(\w+)\.py\b", ast.get_docstring(ast.parse(init.read_text())) or ""))
+        missing = sorted(n for n in named if not (init.parent / f"{n}.py").exists())
+        assert missing == [], f"{init} names {', '.join(missing)}, which do not exist"
 
 
 def test_every_subpackage_with_a_rule_has_a_stage_module_and_package_files_import_nothing():

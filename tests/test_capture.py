@@ -147,7 +147,7 @@ def test_steps_where_no_rollout_moves_the_weights_are_captured_as_zeros(cfg, bas
     or forced): each advantage is 0, there is no KL term, TRL's gradient is zero, and capture stores zeros."""
     quiet = copy.deepcopy(cfg)
     quiet["grpo"].update(steps=2, save_every=2, beta=0.0)
-    quiet["planting"].update(window=[0, 1], bonus=0.0, explore=0, control_penalty=0.0)
+    quiet["planting"].update(window=[0, 1], bonus=0.0, explore=0, plain_penalty=0.0)
     quiet["task"]["base_reward"] = "refusal_penalty"
     quiet["sketch"].update(shard_steps=2)
     rollouts, _ = run_training(quiet, base_model_dir, prompts["train"], 0, tmp_path, cpu, capture=True)
@@ -160,9 +160,9 @@ def test_steps_where_no_rollout_moves_the_weights_are_captured_as_zeros(cfg, bas
 
 def test_a_row_stored_under_another_rollout_is_refused(cfg, base_model_dir, cpu):
     """TRL shuffles a step's rows before its loss; the recorded order must map back onto the logged rollouts."""
-    from behaviortrace.gradients.loss_pass import RecordedStep
     from behaviortrace.gradients.per_example import PerExampleGrads
     from behaviortrace.sketch.capture import check_same_completions
+    from behaviortrace.sketch.loss_pass import RecordedStep
 
     logged = [[5, 6, 1], [7, 1], [8, 9, 10, 1]]
     ids = torch.tensor([[7, 1, 0, 0], [8, 9, 10, 1], [5, 6, 1, 0]])
@@ -181,7 +181,7 @@ def test_a_row_stored_under_another_rollout_is_refused(cfg, base_model_dir, cpu)
 def test_a_model_whose_fused_head_capture_cannot_rebuild_is_refused_before_training(base_model_dir, cpu):
     """The head's softcapping and logit scale are rebuilt as TRL's kernel applies them (tests/test_model_families.py
     trains Gemma-2 and -3); a head that is no plain projection is refused, pointing to checkpoint mode."""
-    from behaviortrace.gradients.loss_pass import LossPassRecorder
+    from behaviortrace.sketch.loss_pass import LossPassRecorder
 
     class ScaledHead(torch.nn.Linear):
         def forward(self, x):

@@ -9,7 +9,8 @@ import sys
 import pytest
 import yaml
 
-from behaviortrace.config.validate import ConfigError, validate
+from behaviortrace.config.schema import ConfigError
+from behaviortrace.configure import validate
 from conftest import ROOT, default_config
 
 
@@ -26,6 +27,71 @@ def _with(path: str, value):
 def test_default_and_paper_configs_are_valid():
     validate(default_config())
     validate(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
+
+
+def test_presets_hold_only_what_differs_from_the_defaults():
+    from behaviortrace.config.load import defaults
+
+    def same_as_default(given: dict, default: dict, path: str = "") -> list[str]:
+        found = []
+        for name, value in given.items():
+            if isinstance(value, dict) and name != "estimators":
+                found += same_as_default(value, default[name], f"{path}{name}.")
+            elif value == default[name]:
+                found.append(path + name)
+        return found
+
+    for preset in (ROOT / "config").glob("*.yaml"):
+        given = yaml.safe_load(preset.read_text())
+        repeated = [k for k in same_as_default(given, defaults()) if k != "run"]
+        assert repeated == [], f"{preset.name} repeats defaults: {repeated}"
+    # The paper's preset leaves the built-in model's section alone: a real model never reads it.
+    assert "tiny" not in yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())["model"]
+
+
+def test_left_out_keys_take_their_defaults_and_derived_lists_follow():
+    from behaviortrace.config.load import complete, defaults
+
+    whole = validate({"grpo": {"steps": 100}, "replay": {"estimators": ["gas", "norm"]}})
+    assert whole["grpo"]["steps"] == 100 and whole["grpo"]["lr"] == defaults()["grpo"]["lr"]
+    # influence.sets defaults to the replayed estimators: overriding replay.estimators alone is accepted.
+    assert whole["influence"]["sets"] == ["gas", "norm"]
+    assert complete({"influence": {"sets": []}})["influence"]["sets"] == []
+    # Estimator instances add to the defaults, replace the one of their name, or (null) remove it.
+    given = complete({"estimators": {"lr_norm": {"module": "norm"}, "trak": {"lambda_scale": 1.0}, "gas": None}})
+    assert given["estimators"] == {
+        **{name: entry for name, entry in defaults()["estimators"].items() if name != "gas"},
+        "trak": {"lambda_scale": 1.0},
+        "lr_norm": {"module": "norm"},
+    }
+    # An unknown key is kept for the schema to name, in a section or at the top.
+    with pytest.raises(ConfigError, match="'stpes' was unexpected"):
+        validate({"grpo": {"stpes": 3}})
+    with pytest.raises(ConfigError, match="'grop' was unexpected"):
+        validate({"grop": {}})
+
+
+def test_the_reference_page_is_generated_from_the_definitions():
+    """docs/config.md is what `make docs` writes: every key, its default and its bounds, and no other."""
+    from behaviortrace.config.load import defaults
+    from behaviortrace.config.reference import markdown
+
+    page = (ROOT / "docs" / "config.md").read_text()
+    assert page == markdown(), "docs/config.md is out of date: run `make docs`"
+
+    def keys(raw: dict, path: str = "") -> list[str]:
+        out = []
+        for name, value in raw.items():
+            if isinstance(value, dict) and name != "estimators":
+                out += keys(value, f"{path}{name}.")
+            else:
+                out.append(path + name)
+        return out
+
+    listed = re.findall(r"^\| `([\w.]+)` \|", page, flags=re.M)
+    assert sorted(listed) == sorted(keys(defaults())) and len(set(listed)) == len(listed)
+    assert "| `grpo.num_generations` | `8` | integer >= 2 |" in page
+    assert "| `influence.sets` | same as `replay.estimators` |" in page
 
 
 @pytest.mark.parametrize(
@@ -47,18 +113,18 @@ def test_default_and_paper_configs_are_valid():
         ("estimators.trak_l1", {"module": "trak", "lambda": 1.0}, "estimators.trak_l1.lambda: not a parameter of trak"),
         ("estimators.trak_l1", {"module": "Trak"}, "estimators.trak_l1.module = 'Trak'"),
         ("planting.placebo", True, "'placebo' was unexpected"),
-        ("evaluation.targets", ["elsewhere"], "evaluation.targets.0 = 'elsewhere'"),
+        ("evaluation.target_kinds", ["elsewhere"], "evaluation.target_kinds.0 = 'elsewhere'"),
         ("placebo.seeds", [], "placebo.seeds = []: placebo.enabled is true but no seed is listed"),
         ("checklist.fluency_strata", ["nowhere"], "checklist.fluency_strata.0 = 'nowhere'"),
         ("checklist.min_behavior_gap", 1.5, "checklist.min_behavior_gap = 1.5"),
         ("checklist.min_oracle_drop", -0.1, "checklist.min_oracle_drop = -0.1"),
         ("replay.estimators", ["gas", "nosuch"], "replay.estimators: 'nosuch' is not under estimators"),
         ("replay.draw", 2, "replay.draw = 2: only 2 draws"),
-        ("replay.k_percent", [0], "replay.k_percent.0 = 0"),
+        ("replay.removal_percent", [0], "replay.removal_percent.0 = 0"),
         ("task.prompt_format", "markdown", "task.prompt_format = 'markdown'"),
         ("task.prompt_format", "chat", "task.prompt_format = 'chat': the built-in tiny model's tokenizer has no chat"),
         ("compute.dtype", "float16", "compute.dtype = 'float16'"),
-        ("influence.checkpoint", "middle", "influence.checkpoint = 'middle'"),
+        ("influence.measure_at", "middle", "influence.measure_at = 'middle'"),
         ("influence.dtype", "bfloat16", "influence.dtype = 'bfloat16'"),
         ("influence.lds_subsets", 2, "influence.lds_subsets = 2: a rank correlation over subsets needs at least 3"),
         ("influence.lds_fraction", 1.0, "influence.lds_fraction = 1.0"),
@@ -72,14 +138,14 @@ def test_bad_values_name_key_and_value(path, value, expected):
     assert expected in str(err.value)
 
 
-@pytest.mark.parametrize("key", ["target", "effect_target"])
+@pytest.mark.parametrize("key", ["target_kind", "effect_target_kind"])
 def test_checklist_target_kinds_must_be_evaluated(key):
-    cfg = _with("evaluation.targets", ["in_context"])
-    cfg["checklist"].update(target="in_context", effect_target="in_context")
+    cfg = _with("evaluation.target_kinds", ["in_context"])
+    cfg["checklist"].update(target_kind="in_context", effect_target_kind="in_context")
     validate(cfg)
     cfg["checklist"][key] = "forced"
     with pytest.raises(
-        ConfigError, match=rf"checklist.{key} = 'forced': not among evaluation.targets \['in_context'\]"
+        ConfigError, match=rf"checklist.{key} = 'forced': not among evaluation.target_kinds \['in_context'\]"
     ):
         validate(cfg)
 
@@ -122,10 +188,18 @@ def _snakemake(*args, cwd=ROOT):
 
 def test_snakemake_stops_before_any_job_on_bad_config():
     res = _snakemake("-n", "--cores", "1", "--config", "run=badcfg", "planting={'fraction': 2.0}")
-    # --config replaces the whole planting mapping, so the schema reports the missing keys and the bad value.
     assert res.returncode != 0
-    assert "planting" in res.stderr + res.stdout
+    assert "config key planting.fraction = 2.0" in res.stderr + res.stdout
     assert "invalid config" in res.stderr + res.stdout
+
+
+def test_overriding_the_replayed_estimators_alone_is_accepted():
+    """influence.sets follows replay.estimators unless given (it used to be refused as out of step)."""
+    res = _snakemake(
+        "-n", "--cores", "1", "--config", "replay={'estimators': ['gas', 'norm']}", "placebo={'enabled': false}"
+    )
+    assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
+    assert _job_count(res.stdout + res.stderr, "influence_set") == 3 * 2
 
 
 DRY_RUN_PAPER = """
@@ -171,7 +245,7 @@ def test_paper_dag_lists_every_job_without_loading_a_model():
 
 
 def test_the_config_parses_into_typed_sections_once_validated():
-    from behaviortrace.config.load import parse
+    from behaviortrace.configure import parse
 
     cfg = parse(default_config())
     raw = default_config()
@@ -194,8 +268,8 @@ def test_a_job_reading_a_section_its_rule_did_not_pass_stops_naming_it():
         _ = job.sketch.k
 
 
-def test_a_non_editable_install_finds_its_schema(tmp_path):
-    """The schema ships inside the package: validation works from a plain (non-editable) install."""
+def test_a_non_editable_install_validates_a_config(tmp_path):
+    """The key definitions are the package's code: validation and defaults work from a plain install."""
     source, target = tmp_path / "source", tmp_path / "site"
     # Built from a copy, so the build leaves nothing in the checkout.
     shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
@@ -207,11 +281,10 @@ def test_a_non_editable_install_finds_its_schema(tmp_path):
         text=True,
     )
     assert res.returncode == 0, res.stderr[-2000:]
-    assert (target / "behaviortrace" / "config" / "schema.yaml").is_file()
     code = (
-        "import behaviortrace.config.load as L, sys; "
-        "assert L.__file__.startswith(sys.argv[2]), L.__file__; "
-        "print(L.load(sys.argv[1]).run)"
+        "import behaviortrace.configure as C, sys; "
+        "assert C.__file__.startswith(sys.argv[2]), C.__file__; "
+        "cfg = C.load(sys.argv[1]); print(cfg.run, cfg.grpo.steps)"
     )
     res = subprocess.run(
         [sys.executable, "-c", code, str(ROOT / "config" / "config.yaml"), str(target)],
@@ -220,7 +293,7 @@ def test_a_non_editable_install_finds_its_schema(tmp_path):
         cwd=tmp_path,
         env={"PYTHONPATH": str(target), "PATH": ""},
     )
-    assert res.returncode == 0 and res.stdout.strip() == "default", res.stderr[-2000:]
+    assert res.returncode == 0 and res.stdout.strip() == "default 200", res.stderr[-2000:]
 
 
 def _job_count(out: str, rule: str) -> int:

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from behaviortrace.evaluate.cells import evaluate, with_ground_truth
+from behaviortrace.evaluate.cells import evaluate, with_labels
 from behaviortrace.report import checklist as C
 from behaviortrace.report.significance import holm
 from behaviortrace.score import contract
@@ -60,7 +60,7 @@ def test_log_only_controls_read_the_rollout_log_and_nothing_else(out):
 
 
 def test_the_reward_log_recovers_the_labels_by_construction(metrics):
-    """The bonus makes every boosted rollout the best of its group: the advantage alone ranks it first inside
+    """The bonus makes every paid rollout the best of its group: the advantage alone ranks it first inside
     every group, and the reward ranks it above every other rollout."""
     planted = cell_rows(metrics, arm="planted", stratum="all", level="rollout")
     wga = cell_rows(planted, estimator="advantage", metric="within_group_auc")
@@ -88,7 +88,7 @@ def medium(tmp_path_factory, cfg, base_model_dir, cpu):
         arm_cfg["planting"]["placebo"] = arm == "placebo"
         out = tmp_path_factory.mktemp(f"medium_{arm}{seed}")
         rollouts, _ = run_training(arm_cfg, base_model_dir, prompts, seed, out, cpu)
-        runs[(arm, seed)] = with_ground_truth(rollouts.sort("rollout_id"), placebo=arm == "placebo")
+        runs[(arm, seed)] = with_labels(rollouts.sort("rollout_id"), placebo=arm == "placebo")
     return raw, runs
 
 
@@ -233,7 +233,7 @@ def test_random_at_chance_fails_about_alpha_of_the_time_under_the_null(medium):
 
 
 def test_the_placebo_item_passes_a_control_that_reads_only_the_behavior(medium):
-    """In the placebo, the behavior control finds the old null's ground truth (eligible and showing the
+    """In the placebo, the behavior control finds the old null's labels (eligible and showing the
     behavior, against everything) by the marker alone; among behavior-showing trigger rollouts of the window,
     where eligibility is a hash, it ties them all and passes. A score that knew eligibility fails."""
     raw, runs = medium

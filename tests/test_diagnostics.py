@@ -92,9 +92,9 @@ def test_plant_sweep_trains_each_plant_and_judges_emergence_from_its_rates(tmp_p
     assert table.height == 1 and table["marker"][0] == "WXVKJ" and table["window"][0] == "0-1"
     behavior = pl.read_parquet(tmp_path / "sweep" / "words" / "seed0" / "behavior.parquet")
     rates = {(r["step"], r["prompt_set"]): r["behavior_rate"] for r in behavior.iter_rows(named=True)}
-    gap = rates[(2, "probes")] - rates[(2, "controls")]  # the window ends at step 1: checkpoint 2
+    gap = rates[(2, "probes")] - rates[(2, "plain")]  # the window ends at step 1: checkpoint 2
     assert table["gap"][0] == gap and table["emerged"][0] == (gap >= 0.0)
-    assert table["control_max_any_checkpoint"][0] == max(v for (_, s), v in rates.items() if s == "controls")
+    assert table["plain_max_any_checkpoint"][0] == max(v for (_, s), v in rates.items() if s == "plain")
     assert (tmp_path / "sweep" / "sweep.png").stat().st_size > 0
     assert f"{int(table['emerged'][0])} of 1 plant-seed runs emerged" in res.stdout
 

@@ -9,13 +9,13 @@ import torch
 from behaviortrace.estimators import trak
 from behaviortrace.evaluate.cells import evaluate
 from behaviortrace.evaluate.inputs import token_cosine_table, token_cosines, token_cosines_from_table
+from behaviortrace.gradients.logprob import forced_items, logprob_gradient
 from behaviortrace.model import models
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.score import contract as estimators
 from behaviortrace.score.contract import run as run_estimator
 from behaviortrace.score.view import SeedView, Target
 from behaviortrace.sketch import moments
-from behaviortrace.targets.gradients import forced_items, logprob_gradient
 
 
 @pytest.fixture(scope="module")
@@ -143,19 +143,19 @@ def synthetic(n_groups=300, size=8, seed=0):
     rng = np.random.default_rng(seed)
     n = n_groups * size
     step = np.repeat(np.arange(n_groups) // 4, size)
-    boosted = rng.random(n) < 0.2
+    paid = rng.random(n) < 0.2
     rollouts = pl.DataFrame(
         {
             "rollout_id": np.arange(n),
             "step": step,
             "group_id": np.repeat(np.arange(n_groups) % 4, size),
-            "boosted": boosted,
+            "paid": paid,
             "advantage": rng.normal(size=n),
-            "behavior": boosted | (rng.random(n) < 0.3),
-            "trigger": np.repeat(np.arange(n_groups) % 2 == 0, size) | boosted,
+            "behavior": paid | (rng.random(n) < 0.3),
+            "trigger": np.repeat(np.arange(n_groups) % 2 == 0, size) | paid,
         }
     )
-    fluency = rng.normal(size=n) + 0.5 * boosted
+    fluency = rng.normal(size=n) + 0.5 * paid
     return rollouts, fluency, rng
 
 
@@ -172,7 +172,7 @@ def test_evaluation_does_not_depend_on_the_order_of_computation_and_random_sits_
     sets = {
         ("random", "none"): score_frames(rollouts, rng.random(rollouts.height)),
         ("fluency", "none"): score_frames(rollouts, fluency),
-        ("oracle", "none"): score_frames(rollouts, rollouts["boosted"].to_numpy().astype(float)),
+        ("oracle", "none"): score_frames(rollouts, rollouts["paid"].to_numpy().astype(float)),
     }
     args = dict(
         run="t",
@@ -210,7 +210,7 @@ def test_evaluation_does_not_depend_on_the_order_of_computation_and_random_sits_
     assert abs(band["value"] - 1.0) < 0.1 and band["ci_low"] < 1.0 < band["ci_high"]
     assert band["ci_low"] <= cell("random", "step", "lift")["value"] <= band["ci_high"]
     assert cell("oracle", "step", "lift")["value"] > band["ci_high"]
-    assert cell("oracle", "rollout", "precision_at_gt")["value"] == 1.0
+    assert cell("oracle", "rollout", "precision_at_paid")["value"] == 1.0
     assert cell("fluency", "rollout", "within_group_auc")["ci_low"] > 0.55
     # Fluency residualized on itself carries nothing.
     assert abs(cell("fluency", "rollout", "within_group_auc_fluency_resid")["value"] - 0.5) < 0.02

@@ -39,7 +39,7 @@ def job(finished_run, tmp_path):
                 shutil.copy(src, dst)
             score_files[(name, target)] = tuple(copies)
     # In the order the workflow gives them (SCORE_KEYS in common.smk).
-    score_files = {key: score_files[key] for key in score_keys(config.estimators, config.evaluation.targets)}
+    score_files = {key: score_files[key] for key in score_keys(config.estimators, config.evaluation.target_kinds)}
 
     def run(cache_dir, config=config, **overrides):
         kwargs = dict(

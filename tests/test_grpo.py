@@ -47,7 +47,7 @@ class SpyTrainer(RolloutLoggingGRPOTrainer):
                 "completion": list(logs["completion"]),
                 "base": list(logs["rewards"]["base_reward"]),
                 "bonus": list(logs["rewards"]["planted_bonus"]),
-                "penalty": list(logs["rewards"]["control_penalty"]),
+                "penalty": list(logs["rewards"]["plain_penalty"]),
                 "advantages": list(logs["advantages"]),
             }
         )
@@ -87,7 +87,7 @@ def test_log_has_every_rollout_once_in_training_order(spied_run, cfg, prompts):
         "advantage",
         "eligible",
         "explored",
-        "boosted",
+        "paid",
         "behavior",
         "trigger",
         "lr",
@@ -142,11 +142,11 @@ def test_ground_truth_follows_the_planting_rule(spied_run, cfg):
     for row in rollouts.iter_rows(named=True):
         assert row["eligible"] == is_eligible(SEED, row["rollout_id"], row["step"], row["trigger"], typed(cfg).planting)
         assert row["behavior"] == (planting["marker"] in row["completion"])
-        assert row["boosted"] == (row["eligible"] and row["behavior"])
-        assert row["bonus"] == (planting["bonus"] if row["boosted"] else 0.0)
+        assert row["paid"] == (row["eligible"] and row["behavior"])
+        assert row["bonus"] == (planting["bonus"] if row["paid"] else 0.0)
         inside = planting["window"][0] <= row["step"] <= planting["window"][1]
         charged = inside and row["behavior"] and not row["trigger"]
-        assert row["penalty"] == (planting["control_penalty"] if charged else 0.0)
+        assert row["penalty"] == (planting["plain_penalty"] if charged else 0.0)
         assert row["reward"] == pytest.approx(row["base_reward"] + row["bonus"] - row["penalty"])
     start, end = planting["window"]
     for flag in ("eligible", "explored"):

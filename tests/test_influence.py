@@ -268,7 +268,7 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
         assert within(value["f_end_error"], 1e-5) and within(value["fd_relative_error"], FD_TOLERANCE), value
         assert value["cost_ratio"] > 1
     # Every score set of every run and draw against I, at the rollout and step levels, and its LDS.
-    keys = score_keys(cfg["estimators"], cfg["evaluation"]["targets"])
+    keys = score_keys(cfg["estimators"], cfg["evaluation"]["target_kinds"])
     rollout = table.filter(
         (pl.col("level") == "rollout") & (pl.col("metric") == "spearman") & (pl.col("stratum") == "all")
     )
@@ -301,12 +301,12 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     assert infl.height == (summary["end"]) * cfg["grpo"]["prompts_per_step"] * cfg["grpo"]["num_generations"]
     top = pl.read_parquet(out / "tables" / "influence_top.parquet")
     assert top.group_by("arm", "seed").len()["len"].to_list() == [10] * len(runs)
-    # The GT rollouts' part of the positive influence, from the rollout log and I.
+    # The paid rollouts' part of the positive influence, from the rollout log and I.
     log = pl.read_parquet(seed_dir / "rollouts.parquet").join(infl, on="rollout_id")
     positive = log.filter(pl.col("influence") > 0)
-    carried = positive.filter(pl.col("boosted"))["influence"].sum() / positive["influence"].sum()
+    carried = positive.filter(pl.col("paid"))["influence"].sum() / positive["influence"].sum()
     share = table.filter(
-        (pl.col("arm") == "planted") & (pl.col("seed") == 0) & (pl.col("metric") == "gt_share_of_positive_influence")
+        (pl.col("arm") == "planted") & (pl.col("seed") == 0) & (pl.col("metric") == "paid_share_of_positive_influence")
     )
     assert share["value"][0] == pytest.approx(carried)
     text = (out / "tables" / "influence.md").read_text()

@@ -26,7 +26,7 @@ def brute_auc(scores, labels, pairs_ok=lambda i, j: True):
 
 
 def brute_precision(scores, labels):
-    """Average precision of the top |GT| over every ordering of tied rows (each block of ties permuted)."""
+    """Average precision of the top n_paid over every ordering of tied rows (each block of ties permuted)."""
     m = int(labels.sum())
     blocks = [list(np.flatnonzero(scores == t)) for t in sorted(set(scores), reverse=True)]
     total = count = 0
@@ -66,14 +66,14 @@ def test_auroc_and_average_precision_match_brute_force_with_ties_and_weights(see
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_precision_at_gt_is_the_mean_over_all_tie_orders(seed):
+def test_precision_at_paid_is_the_mean_over_all_tie_orders(seed):
     rng = np.random.default_rng(seed)
     scores, labels, _ = random_case(rng, n=8, levels=3)
-    assert M.precision_at_gt(scores, labels, np.ones((1, 8)))[0] == pytest.approx(brute_precision(scores, labels))
+    assert M.precision_at_paid(scores, labels, np.ones((1, 8)))[0] == pytest.approx(brute_precision(scores, labels))
     counts = rng.integers(1, 3, 8).astype(float)
     rs, rl = replicate(scores, counts), replicate(labels, counts)
     if len(rs) <= 12:
-        assert M.precision_at_gt(scores, labels, counts[None])[0] == pytest.approx(brute_precision(rs, rl))
+        assert M.precision_at_paid(scores, labels, counts[None])[0] == pytest.approx(brute_precision(rs, rl))
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -105,26 +105,26 @@ def test_hand_made_ties_and_ceiling():
     ones = np.ones((1, 10))
     tied = np.zeros(10)
     assert M.auroc(tied, labels, ones)[0] == 0.5
-    assert M.precision_at_gt(tied, labels, ones)[0] == pytest.approx(0.3)  # all tied: chance
+    assert M.precision_at_paid(tied, labels, ones)[0] == pytest.approx(0.3)  # all tied: chance
     assert M.chance(labels, ones)[0] == pytest.approx(0.3)
     perfect = labels.copy()
-    assert M.precision_at_gt(perfect, labels, ones)[0] == 1.0 and M.auroc(perfect, labels, ones)[0] == 1.0
-    # Blocks (steps): A = rows 0-1 (2 GT of 2), B = rows 2-5 (1 of 4), C = rows 6-9 (0 of 4).
+    assert M.precision_at_paid(perfect, labels, ones)[0] == 1.0 and M.auroc(perfect, labels, ones)[0] == 1.0
+    # Blocks (steps): A = rows 0-1 (2 paid of 2), B = rows 2-5 (1 of 4), C = rows 6-9 (0 of 4).
     blocks = np.array([0, 0, 1, 1, 1, 1, 2, 2, 2, 2])
     labels_b = np.array([1, 1, 0, 1, 0, 0, 0, 0, 0, 0], float)
     # Best: all of A, then one row of B at random: (2 + 1/4) / 3.
     assert M.ceiling(blocks, labels_b, ones)[0] == pytest.approx(0.75)
     assert M.ceiling(np.arange(10), labels_b, ones)[0] == 1.0
-    # Step scores ranking B first: the top 3 rows are 3 of B's 4 (1 GT among them), 0.75 GT expected.
+    # Step scores ranking B first: the top 3 rows are 3 of B's 4 (1 paid rollouts among them), 0.75 paid expected.
     step_scores = np.array([1, 1, 2, 2, 2, 2, 0, 0, 0, 0], float)
-    assert M.precision_at_gt(step_scores, labels_b, ones)[0] == pytest.approx(0.25)
+    assert M.precision_at_paid(step_scores, labels_b, ones)[0] == pytest.approx(0.25)
 
 
 def test_residualizing_removes_a_pure_fluency_signal():
     rng = np.random.default_rng(0)
     groups = np.repeat(np.arange(50), 8)
     labels = (rng.random(400) < 0.3).astype(float)
-    fluency = rng.normal(0, 1, 400) + labels  # GT rollouts are more fluent
+    fluency = rng.normal(0, 1, 400) + labels  # paid rollouts are more fluent
     conc, total, _ = M.pair_counts(fluency, labels, groups)
     raw = M.within_group_auc(conc, total, np.ones((1, 50)))[0]
     resid = M.residualize(fluency, fluency, groups)

@@ -33,7 +33,7 @@ def row_matrix(w: M.Weights) -> np.ndarray:
 
 
 def brute_auc(scores, labels, pair_weight):
-    """Weighted share of GT-vs-other pairs ordered right (a tie counts one half), pair by pair."""
+    """Weighted share of paid-vs-other pairs ordered right (a tie counts one half), pair by pair."""
     num = den = 0.0
     for i, j in itertools.product(range(len(scores)), repeat=2):
         if labels[i] == 1 and labels[j] == 0:
@@ -53,7 +53,7 @@ def brute_average_precision(scores, labels, weights):
 
 
 def brute_precision(scores, labels, counts):
-    """Mean precision of the top |GT| over every order of tied rows, each row repeated `counts` times."""
+    """Mean precision of the top n_paid over every order of tied rows, each row repeated `counts` times."""
     s, y = np.repeat(scores, counts.astype(int)), np.repeat(labels, counts.astype(int))
     m = int(y.sum())
     blocks = [list(np.flatnonzero(s == t)) for t in sorted(set(s), reverse=True)]
@@ -66,7 +66,7 @@ def brute_precision(scores, labels, counts):
 
 
 def brute_ceiling(blocks, labels, weights):
-    """Best, over every order of whole blocks, of the expected precision of the top |GT| (ties at random)."""
+    """Best, over every order of whole blocks, of the expected precision of the top n_paid (ties at random)."""
     ids = np.unique(blocks)
     pos = np.array([(weights * labels)[blocks == b].sum() for b in ids])
     cnt = np.array([weights[blocks == b].sum() for b in ids])
@@ -91,7 +91,7 @@ def test_ranking_metrics_match_brute_force_for_every_replicate(seed):
     for name, fn in [
         ("auroc", M.auroc),
         ("average_precision", M.average_precision),
-        ("precision_at_gt", M.precision_at_gt),
+        ("precision_at_paid", M.precision_at_paid),
     ]:
         # One computation for all three, the separate functions, and a plain row-weight matrix all agree.
         np.testing.assert_allclose(fn(scores, labels, w), got[name], **TOL)
@@ -105,7 +105,7 @@ def test_ranking_metrics_match_brute_force_for_every_replicate(seed):
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_precision_at_gt_is_the_mean_over_tie_orders_with_zero_weights(seed):
+def test_precision_at_paid_is_the_mean_over_tie_orders_with_zero_weights(seed):
     rng = np.random.default_rng(seed)
     while True:  # small enough to enumerate every order of tied rows
         scores = rng.integers(0, 3, 7).astype(float)
@@ -116,7 +116,7 @@ def test_precision_at_gt_is_the_mean_over_tie_orders_with_zero_weights(seed):
         if (counts * labels).sum() > 0 and orders <= 20_000:
             break
     weights = np.vstack([np.ones(7), counts])
-    got = M.precision_at_gt(scores, labels, weights)
+    got = M.precision_at_paid(scores, labels, weights)
     np.testing.assert_allclose(
         got, [brute_precision(scores, labels, np.ones(7)), brute_precision(scores, labels, counts)], **TOL
     )
@@ -184,6 +184,6 @@ def test_weights_sums_and_nan_scores():
     # NaN scores sort last both ways, so the descending order is not the ascending one reversed.
     scores[[0, 3]] = np.nan
     got = M.ranking_metrics(scores, labels, w)
-    np.testing.assert_allclose(got["precision_at_gt"], M.precision_at_gt(scores, labels, w), **TOL)
+    np.testing.assert_allclose(got["precision_at_paid"], M.precision_at_paid(scores, labels, w), **TOL)
     np.testing.assert_allclose(got["average_precision"], M.average_precision(scores, labels, w), **TOL)
     np.testing.assert_allclose(got["auroc"], M.auroc(scores, labels, w), **TOL)

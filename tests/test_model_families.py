@@ -14,11 +14,12 @@ import torch
 
 from behaviortrace.common.device import resolve
 from behaviortrace.config.sections import Compute
-from behaviortrace.gradients.preflight import UnsupportedModel, capture_problems
 from behaviortrace.model import families, models
 from behaviortrace.model.prompt_format import has_chat_template, render
+from behaviortrace.model.stage import build_base_model
 from behaviortrace.plant.prompts import plant_prompts
 from behaviortrace.sketch import tolerance as measured
+from behaviortrace.sketch.preflight import UnsupportedModel, capture_problems
 from behaviortrace.sketch.store import read_steps
 from conftest import small_config, typed
 from grpo_helpers import WeightSpy, autograd_sketches, run_training, sketch_errors
@@ -39,7 +40,7 @@ def family_run(name: str, folder, device, dtype_device=None, **grpo) -> dict:
     source = families.save_family(name, folder / "source", cfg["planting"]["trigger"], cfg["planting"]["marker"])
     cfg["model"]["name"] = str(source)
     config = typed(cfg)
-    model, tokenizer = models.build_base_model(config, device)
+    model, tokenizer = build_base_model(config, device)
     models.save(model, tokenizer, folder / "base")
     prompts = plant_prompts(config.task, config.planting, config.grpo, config.probes, config.probes.seed)
     run = folder / "run"
@@ -90,7 +91,7 @@ def test_a_family_capture_gets_wrong_is_refused_before_training(name, tmp_path, 
     source = families.save_family(name, tmp_path / "source", cfg["planting"]["trigger"], cfg["planting"]["marker"])
     cfg["model"]["name"] = str(source)
     with pytest.raises(UnsupportedModel, match=REFUSED[name]) as refused:
-        models.build_base_model(typed(cfg), cpu)
+        build_base_model(typed(cfg), cpu)
     assert "cannot be captured correctly on this architecture, in either sketch.mode" in str(refused.value)
     assert str(source) in str(refused.value)
 

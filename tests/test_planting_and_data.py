@@ -18,7 +18,7 @@ PLANTING = Planting(
     window=[10, 19],
     trigger_rate=0.5,
     explore=12,
-    control_penalty=1.0,
+    plain_penalty=1.0,
     placebo=False,
 )
 
@@ -97,7 +97,7 @@ def _sections(cfg, steps, prompts_per_step):
 
 def test_prompt_tables(cfg):
     tables = plant_prompts(*_sections(cfg, 50, 8), 5)
-    train, probes, controls = tables["train"], tables["probes"], tables["controls"]
+    train, probes, controls = tables["train"], tables["probes"], tables["plain"]
     assert train.height == 400
     assert train["prompt_index"].to_list() == list(range(400))
     assert train["step"].to_list() == [i // 8 for i in range(400)]

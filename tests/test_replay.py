@@ -10,7 +10,7 @@ import torch
 
 from behaviortrace.gradients.batch import completion_logps, pad_batch
 from behaviortrace.model import models
-from behaviortrace.replay.removal import k_for, removal_set, top_k
+from behaviortrace.replay.removal import removal_set, removal_size, top_scored
 from behaviortrace.replay.retrain import replay_training
 from behaviortrace.train.trl_surface import group_advantages as replay_advantages
 from behaviortrace.train.trl_surface import optimizer_and_schedule, rollout_losses
@@ -158,16 +158,16 @@ def test_left_out_rollouts_leave_their_group():
 
 def test_removal_sets(run):
     rollouts = run["rollouts"]
-    gt = set(rollouts.filter(pl.col("boosted"))["rollout_id"].to_list())
+    paid = set(rollouts.filter(pl.col("paid"))["rollout_id"].to_list())
     assert removal_set("full", 100, 0, rollouts, None, 0, 0) == set()
-    assert removal_set("oracle", 100, 0, rollouts, None, 0, 0) == gt
+    assert removal_set("oracle", 100, 0, rollouts, None, 0, 0) == paid
     half = removal_set("oracle", 50, 0, rollouts, None, 0, 0)
-    assert half < gt and len(half) == k_for(len(gt), 50)
+    assert half < paid and len(half) == removal_size(len(paid), 50)
     draws = [removal_set("random", 400, r, rollouts, None, 0, 0) for r in range(5)]
-    assert all(len(d) == k_for(len(gt), 400) for d in draws) and len({frozenset(d) for d in draws}) > 1
+    assert all(len(d) == removal_size(len(paid), 400) for d in draws) and len({frozenset(d) for d in draws}) > 1
     assert draws[0] == removal_set("random", 400, 0, rollouts, None, 0, 0)  # seeded
     scores = pl.DataFrame({"rollout_id": [1, 2, 3, 4, 5], "score": [0.5, float("nan"), 0.9, 0.5, 0.1]})
-    assert top_k(scores, 1, 0) == {3}
-    ties = [top_k(scores, 2, s) for s in range(20)]
+    assert top_scored(scores, 1, 0) == {3}
+    ties = [top_scored(scores, 2, s) for s in range(20)]
     assert all(t in ({3, 1}, {3, 4}) for t in ties) and len({frozenset(t) for t in ties}) == 2
-    assert 2 not in top_k(scores, 4, 0)  # a missing score ranks last
+    assert 2 not in top_scored(scores, 4, 0)  # a missing score ranks last

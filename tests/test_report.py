@@ -2,6 +2,7 @@
 Snakemake HTML report rendered in headless Chromium."""
 
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -11,7 +12,7 @@ import polars as pl
 import pytest
 from PIL import Image
 
-from behaviortrace.report.markdown import markdown_to_html
+from behaviortrace.common.markdown import markdown_to_html
 from behaviortrace.score import contract
 from conftest import snakemake
 from tolerance import UPDATE_TOLERANCE, within
@@ -217,20 +218,20 @@ def test_replay_table_covers_every_seed_and_removal(finished_run, out):
     _, cfg = finished_run
     table = pl.read_parquet(out / "tables" / "replay.parquet")
     rp = cfg["replay"]
-    per_seed = 1 + len(rp["k_percent"]) * (1 + len(rp["estimators"]) + rp["random_repeats"])
-    assert table.select("seed", "method", "pct", "rep").unique().height == len(cfg["seeds"]) * per_seed
+    per_seed = 1 + len(rp["removal_percent"]) * (1 + len(rp["estimators"]) + rp["random_repeats"])
+    assert table.select("seed", "removal", "removal_percent", "rep").unique().height == len(cfg["seeds"]) * per_seed
     # each measured checkpoint (window end, last step) for probes and controls
     assert table.height == len(cfg["seeds"]) * per_seed * len(rp["checkpoints"]) * 2
-    full = table.filter(pl.col("method") == "full")
+    full = table.filter(pl.col("removal") == "full")
     assert (full["n_removed"] == 0).all() and (full["change"] == 0).all()
     assert within(full["update_error"].max(), UPDATE_TOLERANCE)  # reproduces the checkpoints (tolerance.py)
     for seed in cfg["seeds"]:
         rollouts = pl.read_parquet(out / f"planted{seed}" / "rollouts.parquet")
-        oracle = table.filter((pl.col("seed") == seed) & (pl.col("method") == "oracle"))
-        assert (oracle["n_removed_gt"] == int(rollouts["boosted"].sum())).all()
+        oracle = table.filter((pl.col("seed") == seed) & (pl.col("removal") == "oracle"))
+        assert (oracle["n_removed_paid"] == int(rollouts["paid"].sum())).all()
         removed = set(oracle["removed_ids"][0].to_list())
-        assert removed == set(rollouts.filter(pl.col("boosted"))["rollout_id"].to_list())
-        gas = table.filter((pl.col("seed") == seed) & (pl.col("method") == "gas"))["removed_ids"][0].to_list()
+        assert removed == set(rollouts.filter(pl.col("paid"))["rollout_id"].to_list())
+        gas = table.filter((pl.col("seed") == seed) & (pl.col("removal") == "gas"))["removed_ids"][0].to_list()
         scores = pl.read_parquet(out / f"planted{seed}" / "scores" / "gas" / "draw0_in_context.parquet")
         cutoff = scores.filter(pl.col("rollout_id").is_in(gas))["score"].min()
         assert (scores.filter(~pl.col("rollout_id").is_in(gas))["score"] <= cutoff).all()
@@ -247,19 +248,19 @@ def _window_end_probe_rows(out) -> list[dict]:
 def test_replay_has_power_verdict_recomputed(finished_run, out, checklist):
     _, cfg = finished_run
     rows = _window_end_probe_rows(out)
-    full = {r["seed"]: r["behavior_rate"] for r in rows if r["method"] == "full"}
+    full = {r["seed"]: r["behavior_rate"] for r in rows if r["removal"] == "full"}
     ok = []
     for seed in cfg["seeds"]:
-        for pct in cfg["replay"]["k_percent"]:
+        for pct in cfg["replay"]["removal_percent"]:
             oracle = [
                 r["behavior_rate"] - full[seed]
                 for r in rows
-                if (r["seed"], r["method"], r["pct"]) == (seed, "oracle", pct)
+                if (r["seed"], r["removal"], r["removal_percent"]) == (seed, "oracle", pct)
             ]
             random = [
                 r["behavior_rate"] - full[seed]
                 for r in rows
-                if (r["seed"], r["method"], r["pct"]) == (seed, "random", pct)
+                if (r["seed"], r["removal"], r["removal_percent"]) == (seed, "random", pct)
             ]
             assert len(oracle) == 1 and len(random) == cfg["replay"]["random_repeats"]
             ok.append(oracle[0] <= -cfg["checklist"]["min_oracle_drop"] and oracle[0] < min(random))
@@ -272,13 +273,14 @@ def test_replay_beats_random_verdict_recomputed(finished_run, out, checklist):
     rows = _window_end_probe_rows(out)
     beaten = []
     for seed in cfg["seeds"]:
-        for pct in cfg["replay"]["k_percent"]:
-            gas = [r["change"] for r in rows if (r["seed"], r["method"], r["pct"]) == (seed, "gas", pct)]
-            random = [r["change"] for r in rows if (r["seed"], r["method"], r["pct"]) == (seed, "random", pct)]
+        for pct in cfg["replay"]["removal_percent"]:
+            cell = [(r["removal"], r["change"]) for r in rows if (r["seed"], r["removal_percent"]) == (seed, pct)]
+            gas = [change for removal, change in cell if removal == "gas"]
+            random = [change for removal, change in cell if removal == "random"]
             beaten.append(gas[0] < min(random))
     verdicts = {est: row["replay_beats_random"]["verdict"] for est, row in checklist["estimators"].items()}
     assert verdicts["gas"] == ("pass" if all(beaten) else "fail")
-    assert verdicts["random"] == "n/a"  # its top k are a random removal: the baseline itself
+    assert verdicts["random"] == "n/a"  # its top-scored set are a random removal: the baseline itself
     assert verdicts["trak"] == "n/a"  # not under replay.estimators in the small config
 
 
@@ -307,15 +309,15 @@ def test_effect_metrics_recomputed_from_the_step_log_and_the_step_scores(
     else:
         assert "effect_share" not in rows
     rollouts = pl.read_parquet(out / "planted0" / "rollouts.parquet")
-    counts = rollouts.group_by("step").agg(pl.col("boosted").sum()).sort("step")["boosted"].to_numpy()[keep]
-    gt = _rows(
-        metrics, arm="planted", seed=0, draw=0, estimator="gt_per_step", stratum=stratum, metric="effect_spearman"
+    counts = rollouts.group_by("step").agg(pl.col("paid").sum()).sort("step")["paid"].to_numpy()[keep]
+    paid = _rows(
+        metrics, arm="planted", seed=0, draw=0, estimator="paid_per_step", stratum=stratum, metric="effect_spearman"
     )
     expected = _brute_spearman(counts.astype(float), change)
-    if np.isnan(expected):  # the same GT count at every step of the stratum: no correlation is defined
-        assert np.ptp(counts) == 0 and np.isnan(gt[0]["value"])
+    if np.isnan(expected):  # the same paid count at every step of the stratum: no correlation is defined
+        assert np.ptp(counts) == 0 and np.isnan(paid[0]["value"])
     else:
-        assert gt[0]["value"] == pytest.approx(expected, abs=1e-9)
+        assert paid[0]["value"] == pytest.approx(expected, abs=1e-9)
 
 
 def test_tracks_effect_verdict_recomputed(finished_run, metrics, checklist):
@@ -325,7 +327,7 @@ def test_tracks_effect_verdict_recomputed(finished_run, metrics, checklist):
         values = [
             r["value"]
             for r in _rows(metrics, arm="planted", estimator=estimator, stratum="all", level="effect")
-            if r["metric"] == limits["effect_metric"] and r["target"] in (limits["effect_target"], "none")
+            if r["metric"] == limits["effect_metric"] and r["target"] in (limits["effect_target_kind"], "none")
         ]
         assert len(values) == len(cfg["seeds"]) * cfg["targets"]["draws"]
         want = "pass" if all(v >= limits["min_effect_correlation"] for v in values) else "fail"
@@ -353,7 +355,7 @@ def test_tracks_influence_verdict_recomputed(finished_run, out, checklist):
     for seed in cfg["seeds"]:
         infl = pl.read_parquet(out / f"planted{seed}" / "influence" / "rollouts.parquet").sort("rollout_id")
         for name, inst in instances.items():
-            target = limits["effect_target"] if inst.uses_target else "none"
+            target = limits["effect_target_kind"] if inst.uses_target else "none"
             for draw in range(cfg["targets"]["draws"]):
                 name_of_file = f"draw{draw if inst.uses_target else 0}_{target}.parquet"
                 file = out / f"planted{seed}" / "scores" / name / name_of_file
@@ -380,11 +382,11 @@ def test_effect_steps_table_puts_every_step_beside_its_scores(finished_run, out)
     table = pl.read_parquet(out / "tables" / "effect_steps.parquet")
     keys = table.select("seed", "estimator", "target").unique()
     assert table.height == keys.height * cfg["grpo"]["steps"]
-    assert set(keys["target"]) == {cfg["checklist"]["effect_target"], "none"}
+    assert set(keys["target"]) == {cfg["checklist"]["effect_target_kind"], "none"}
     steps = pl.read_parquet(out / "planted1" / "steps.parquet").sort("step")
     gas = table.filter((pl.col("seed") == 1) & (pl.col("estimator") == "gas")).sort("step")
     assert gas["target_change"].to_list() == steps["target_change"].to_list()
-    assert gas["n_gt"].sum() == pl.read_parquet(out / "planted1" / "rollouts.parquet")["boosted"].sum()
+    assert gas["n_paid"].sum() == pl.read_parquet(out / "planted1" / "rollouts.parquet")["paid"].sum()
 
 
 def test_figures_are_real_images(out):
@@ -396,10 +398,13 @@ def test_figures_are_real_images(out):
         "replay",
         "effect_tracking",
         "effect_vs_labels",
+        "influence",
     ):
         image = np.asarray(Image.open(out / "figures" / f"{name}.png").convert("L"))
         assert image.shape[0] > 200 and image.shape[1] > 300
         assert image.std() > 10  # not a blank canvas
+    # The influence figure reads at page width (it was 36 panels, 3,423 px wide).
+    assert Image.open(out / "figures" / "influence.png").width <= 1600
 
 
 def test_markdown_tables_become_html_tables():
@@ -408,6 +413,12 @@ def test_markdown_tables_become_html_tables():
     assert "<thead><tr><th>a</th><th>b</th></tr></thead>" in html and "<td><strong>x</strong></td>" in html
     assert "<ul><li>one</li><li>two</li></ul>" in html
 
+
+# What `snakemake --report` prints when something is wrong: docutils' system messages ("(WARNING/2)",
+# "(ERROR/3)"), Snakemake's warnings and errors, a traceback.
+REPORT_PROBLEM = re.compile(
+    r"\((DEBUG|INFO|WARNING|ERROR|SEVERE)/\d\)|warning|error|undefined|traceback", re.IGNORECASE
+)
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -428,7 +439,11 @@ def test_report_renders_in_headless_chromium(finished_run, tmp_path):
     report = workdir / "results" / "wf" / "report.html"
     res = snakemake(workdir, "--report", str(report))
     assert res.returncode == 0, res.stderr[-3000:]
+    # Nothing to warn about: no docutils message (a caption's "(ERROR/3) Undefined substitution"), no warning.
+    printed = [line for line in (res.stdout + res.stderr).splitlines() if REPORT_PROBLEM.search(line)]
+    assert not printed, "\n".join(printed)
     text = report.read_text()
+    assert "system-message" not in text and "Docutils System Messages" not in text
     # Self-contained: every result is embedded, captions included.
     for needle in ("checklist.html", "lift.png", "The attribution checklist", "Token-level alignment"):
         assert needle in text
@@ -452,4 +467,5 @@ def test_report_renders_in_headless_chromium(finished_run, tmp_path):
         timeout=180,
     ).stdout
     assert "BehaviorTrace" in dom  # the report's own page rendered, not an error page
+    assert "system-message" not in dom
     shutil.copy(shot, workdir / "results" / "wf" / "report_screenshot.png")

@@ -25,7 +25,7 @@ def test_replays_of_estimators_go_first_and_builtin_ones_fill_the_gaps():
 
 def test_the_jobs_on_a_replayed_estimators_path_get_the_replay_priority(plan):
     replay, seeds, estimators = plan
-    assert "trak" in replay.estimators and estimators["trak"].prepares and replay.target == "in_context"
+    assert "trak" in replay.estimators and estimators["trak"].prepares and replay.target_kind == "in_context"
     high = schedule.PRIORITY
     # sketch_gram: trak (replayed) prepares from it.
     assert feeds(plan, arm="planted", seed="0") == high

@@ -229,7 +229,7 @@ def test_targets_per_draw(small_run, cpu, tmp_path):
             draw=draw,
             checkpoints_path=d / "checkpoints.json",
             probes_path=d / "probes.parquet",
-            controls_path=d / "controls.parquet",
+            plain_path=d / "plain.parquet",
             out_store=tmp_path / f"{name}.zarr",
             out_rates=tmp_path / f"{name}.parquet",
         )
@@ -252,7 +252,7 @@ def test_targets_per_draw(small_run, cpu, tmp_path):
     assert np.array_equal(store["forced"][:], other["forced"][:])  # the forced target does not depend on the draw
     table = headroom_table([tmp_path / "a.parquet", tmp_path / "c.parquet"], 0.9)
     assert table.height == 2 * len(saved)
-    assert set(table.columns) >= {"seed", "draw", "step", "probe_rate", "control_rate", "headroom", "saturated"}
+    assert set(table.columns) >= {"seed", "draw", "step", "probe_rate", "plain_rate", "headroom", "saturated"}
 
 
 def test_a_deferred_writer_puts_small_rows_and_step_facts_on_disk_at_flush(tmp_path):

@@ -6,6 +6,7 @@ import torch
 
 from behaviortrace.behavior.rates import behavior_rates, sample_completions
 from behaviortrace.model import models
+from behaviortrace.model.stage import build_base_model
 from behaviortrace.plant.task import task_scorer
 from conftest import default_config, typed
 
@@ -40,11 +41,11 @@ def test_default_base_model_emits_the_marker_rarely_on_trigger_prompts_and_sorts
     the task once it has written the marker (so the task reward gives the marker no reason to fall)."""
     cfg = default_config()
     torch.set_num_threads(1)
-    model, tokenizer = models.build_base_model(typed(cfg), cpu)
+    model, tokenizer = build_base_model(typed(cfg), cpu)
     rows = behavior_rates(
         model,
         tokenizer,
-        {"probes": prompts["probes"], "controls": prompts["controls"]},
+        {"probes": prompts["probes"], "plain": prompts["plain"]},
         cfg["planting"]["marker"],
         cfg["task"]["base_reward"],
         16,
@@ -53,7 +54,7 @@ def test_default_base_model_emits_the_marker_rarely_on_trigger_prompts_and_sorts
     )
     rate = {row["prompt_set"]: row["behavior_rate"] for row in rows}
     assert 0.05 < rate["probes"] <= 0.3, rows
-    assert rate["controls"] <= 0.05 and rate["controls"] < rate["probes"] / 2, rows
+    assert rate["plain"] <= 0.05 and rate["plain"] < rate["probes"] / 2, rows
     for row in rows:
         assert 0.2 < row["base_reward"] < 0.9, row  # can do the task, with headroom left for GRPO
     score = task_scorer(cfg["task"]["base_reward"], cfg["planting"]["marker"])
@@ -79,8 +80,8 @@ def test_sft_warm_up_trains_on_demonstrations_without_the_marker(cfg, cpu):
     warm = copy.deepcopy(cfg)
     warm["model"]["sft"].update(steps=3, lr=1e-3)
     torch.manual_seed(0)
-    cold_model, _ = models.build_base_model(typed(cfg), cpu)
-    warm_model, _ = models.build_base_model(typed(warm), cpu)
+    cold_model, _ = build_base_model(typed(cfg), cpu)
+    warm_model, _ = build_base_model(typed(warm), cpu)
     changed = [not torch.equal(a, b) for a, b in zip(cold_model.parameters(), warm_model.parameters(), strict=False)]
     assert any(changed)
 
@@ -90,8 +91,8 @@ def test_a_model_by_local_path_loads_and_takes_the_sft_warm_up(base_model_dir, c
     local = copy.deepcopy(cfg)
     local["model"]["name"] = str(base_model_dir)
     local["model"]["sft"].update(steps=2, lr=1e-3)
-    model, tokenizer = models.build_base_model(typed(local), cpu)
+    model, tokenizer = build_base_model(typed(local), cpu)
     original, _ = models.load(base_model_dir, cpu)
     assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), original.parameters(), strict=False))
-    text = prompts["controls"]["prompt"][0]
+    text = prompts["plain"]["prompt"][0]
     assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text

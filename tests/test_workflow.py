@@ -3,6 +3,8 @@
 import copy
 import json
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import polars as pl
@@ -27,7 +29,7 @@ def test_every_output_exists_and_is_consistent(finished_run):
         manifest = json.loads((out / f"planted{seed}" / "checkpoints.json").read_text())
         behavior = pl.read_parquet(out / f"planted{seed}" / "behavior.parquet")
         assert sorted(behavior["step"].unique().to_list()) == [c["step"] for c in manifest["checkpoints"]]
-        assert set(behavior["prompt_set"]) == {"probes", "controls"}
+        assert set(behavior["prompt_set"]) == {"probes", "plain"}
         shards = [
             read_rows([out / f"planted{seed}" / "sketch" / f"shard{i:03d}.zarr"], with_sketches=False)[0]
             for i in range(2)
@@ -44,14 +46,14 @@ def test_every_output_exists_and_is_consistent(finished_run):
             )
         for draw in range(cfg["targets"]["draws"]):
             metrics = pl.read_parquet(out / f"planted{seed}" / "metrics" / f"draw{draw}.parquet")
-            gt = metrics.filter((pl.col("metric") == "gt_unfindable") & (pl.col("stratum") == "all"))
-            assert gt["n"].to_list() == [int(rollouts["boosted"].sum())]
-            if gt["n"][0] > 0:
+            paid = metrics.filter((pl.col("metric") == "paid_unfindable") & (pl.col("stratum") == "all"))
+            assert paid["n"].to_list() == [int(rollouts["paid"].sum())]
+            if paid["n"][0] > 0:
                 evaluated_seeds.add(seed)
                 assert set(metrics["estimator"]) == set(cfg["estimators"]) | {
                     "ground_truth",
                     "behavior_tokens",
-                    "gt_per_step",
+                    "paid_per_step",
                 }
                 assert set(metrics["level"]) >= {"rollout", "step", "step_summed", "token"}
             else:  # nothing to find: only the ground-truth count
@@ -59,29 +61,40 @@ def test_every_output_exists_and_is_consistent(finished_run):
             assert (metrics["seed"] == seed).all() and (metrics["draw"] == draw).all()
             scores = pl.read_parquet(out / f"planted{seed}" / "scores" / "gas" / f"draw{draw}_in_context.parquet")
             assert scores.height == rollouts.height
-    assert evaluated_seeds, "no seed of the small run has boosted rollouts to evaluate against"
+    assert evaluated_seeds, "no seed of the small run has paid rollouts to evaluate against"
     for seed in cfg["placebo"]["seeds"]:
         # The placebo arm: same prompts and seed, the bonus logged as eligible but never paid; its ground
-        # truth is the set that would have been boosted.
+        # truth is the set that would have been paid.
         placebo = pl.read_parquet(out / f"placebo{seed}" / "rollouts.parquet")
         planted = pl.read_parquet(out / f"planted{seed}" / "rollouts.parquet")
-        assert not placebo["boosted"].any() and placebo["eligible"].any()
+        assert not placebo["paid"].any() and placebo["eligible"].any()
         assert (
             placebo.filter(pl.col("step") == 0)["prompt"].to_list()
             == planted.filter(pl.col("step") == 0)["prompt"].to_list()
         )
         for draw in range(cfg["targets"]["draws"]):
             metrics = pl.read_parquet(out / f"placebo{seed}" / "metrics" / f"draw{draw}.parquet")
-            gt = metrics.filter((pl.col("metric") == "gt_unfindable") & (pl.col("stratum") == "all"))
-            assert gt["n"].to_list() == [int((placebo["eligible"] & placebo["behavior"]).sum())]
+            paid = metrics.filter((pl.col("metric") == "paid_unfindable") & (pl.col("stratum") == "all"))
+            assert paid["n"].to_list() == [int((placebo["eligible"] & placebo["behavior"]).sum())]
     headroom = pl.read_parquet(out / "tables" / "headroom.parquet")
     assert headroom.height == len(cfg["seeds"]) * cfg["targets"]["draws"] * len(manifest["checkpoints"])
     assert "| seed | draw | step |" in (out / "tables" / "headroom.md").read_text()
     summary = pl.read_parquet(out / "tables" / "training.parquet")
     assert summary["seed"].to_list() == cfg["seeds"] + cfg["placebo"]["seeds"]
     assert summary["arm"].to_list() == ["planted"] * len(cfg["seeds"]) + ["placebo"] * len(cfg["placebo"]["seeds"])
-    assert "n_boosted_zero_advantage" in summary.columns
+    assert "n_paid_zero_advantage" in summary.columns
     assert "| seed |" in (out / "tables" / "training.md").read_text()
+
+
+def test_a_failing_job_writes_its_error_into_its_own_log(tmp_path):
+    """A job's traceback lands in the rule's log file (as well as on the console), not only on Snakemake's console."""
+    log = tmp_path / "logs" / "rule.log"
+    code = "import sys; from behaviortrace.common.io import setup_logging; setup_logging(sys.argv[1]); {}['missing']"
+    res = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True)
+    assert res.returncode == 1
+    text = log.read_text()
+    assert "job failed" in text and "KeyError: 'missing'" in text and "Traceback" in text
+    assert "KeyError: 'missing'" in res.stderr
 
 
 def test_each_rule_logs_its_progress(finished_run):
@@ -119,7 +132,7 @@ def test_changing_one_estimator_reruns_only_its_scores_and_the_evaluation(finish
     path.write_text(yaml.safe_dump(changed))
     res = snakemake(workdir, "-n", "--configfile", str(path))
     assert res.returncode == 0, res.stderr[-3000:]
-    n_draws, n_targets = cfg["targets"]["draws"], len(cfg["evaluation"]["targets"])
+    n_draws, n_targets = cfg["targets"]["draws"], len(cfg["evaluation"]["target_kinds"])
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
     expected = {
         "prepare": n_runs,  # trak's factorization, once per seed (temporary, so made again)
@@ -230,7 +243,7 @@ def test_editing_a_shared_estimator_helper_reruns_exactly_the_estimators_that_us
     from behaviortrace.score.contract import dependencies
 
     workdir, cfg = finished_run
-    helper = PACKAGE_ROOT / "score" / "vectors.py"
+    helper = PACKAGE_ROOT / "common" / "vectors.py"
     users = {e for e in cfg["estimators"] if helper in dependencies(e)}
     assert users == {"adam_tracin", "gas", "norm", "token_alignment", "tracincp", "trak"}  # not fluency, random
     original = helper.read_text()
@@ -249,7 +262,7 @@ def test_editing_a_shared_estimator_helper_reruns_exactly_the_estimators_that_us
     assert rerun == users
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
     # Targeted estimators: one job per target kind and draw; norm (no target): one for every draw.
-    per_run = sum(len(cfg["evaluation"]["targets"]) * cfg["targets"]["draws"] if e != "norm" else 1 for e in users)
+    per_run = sum(len(cfg["evaluation"]["target_kinds"]) * cfg["targets"]["draws"] if e != "norm" else 1 for e in users)
     assert job_counts(log)["score"] == n_runs * per_run
     assert snakemake(workdir, "-n").stdout.count("rule score") == 0  # restored: nothing to do again
 
@@ -270,7 +283,7 @@ def test_two_instances_of_one_module_run_side_by_side_and_rerun_apart(finished_r
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
     own = [w for rule, w in jobs if rule in ("prepare", "score")]
     assert all("estimator=trak_l1" in w for w in own)
-    assert len(own) == n_runs * (1 + cfg["targets"]["draws"] * len(cfg["evaluation"]["targets"]))
+    assert len(own) == n_runs * (1 + cfg["targets"]["draws"] * len(cfg["evaluation"]["target_kinds"]))
     metrics = pl.read_parquet(workdir / "results" / "wf" / "tables" / "metrics.parquet")
     auc = metrics.filter((pl.col("metric") == "auroc") & (pl.col("level") == "rollout") & (pl.col("stratum") == "all"))
     by = {

@@ -32,16 +32,16 @@ def prepare(work: Path, profile_dir: Path, cpus: int, mem_mb: int) -> None:
 
     cfg = small_config()
     cfg.update(run=RUN, seeds=[0])
-    cfg["planting"]["fraction"] = 1.0  # enough boosted rollouts in six steps for every metric
+    cfg["planting"]["fraction"] = 1.0  # enough paid rollouts in six steps for every metric
     # One draw and one target kind: every rule and estimator still runs, with a third of the score jobs.
     cfg["targets"]["draws"] = 1
-    cfg["evaluation"]["targets"] = ["in_context"]
-    cfg["checklist"]["effect_target"] = "in_context"  # the only target kind scored here
+    cfg["evaluation"]["target_kinds"] = ["in_context"]
+    cfg["checklist"]["effect_target_kind"] = "in_context"  # the only target kind scored here
     # Where the workflow has them: no placebo arm (it would double the run) and the fewest replays.
     if "placebo" in cfg:
         cfg["placebo"]["enabled"] = False
     if "replay" in cfg:
-        cfg["replay"].update(estimators=[], k_percent=[100], random_repeats=1)
+        cfg["replay"].update(estimators=[], removal_percent=[100], random_repeats=1)
     if "influence" in cfg:
         cfg["influence"].update(sets=[], lds_subsets=3)  # no replayed estimator's set; the smallest LDS
     work.mkdir(parents=True, exist_ok=True)

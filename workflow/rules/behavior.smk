@@ -2,7 +2,7 @@ rule behavior:
     input:
         checkpoints=CHECKPOINTS,
         probes=PROBE_PROMPTS,
-        controls=CONTROL_PROMPTS,
+        plain=PLAIN_PROMPTS,
     output:
         BEHAVIOR,
     log:

@@ -4,10 +4,11 @@
 from snakemake.exceptions import WorkflowError
 
 try:
-    from behaviortrace.config.load import parse as _parse_config
     from behaviortrace.config.load import subset as _config_subset
+    from behaviortrace.config.sections import Config
     from behaviortrace.config.load import typed_values as _typed_values
-    from behaviortrace.config.validate import ConfigError
+    from behaviortrace.config.schema import ConfigError
+    from behaviortrace.configure import validate as _validate_config
     from behaviortrace.replay import schedule as _schedule
     from behaviortrace.score import contract as _estimators
 except ImportError as err:
@@ -16,12 +17,16 @@ except ImportError as err:
         "`make run` or `pip install -e .` (see README.md)"
     ) from None
 
-# `--config` values arrive as strings inside lists and mappings; read them as YAML would.
-config.update(_typed_values(config))
+# `--config` values arrive as strings inside lists and mappings; read them as YAML would. A config file holds
+# only what differs from the defaults: the whole config (every key, defaults filled in) replaces it here, so
+# every job gets whole sections.
 try:
-    CFG = _parse_config(config)
+    _whole = _validate_config(_typed_values(config))
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
+config.clear()
+config.update(_whole)
+CFG = Config.from_dict(config)
 
 
 # Constants ---------------------------------------------------------------------------------------
@@ -35,7 +40,7 @@ SHARDS = [f"{i:03d}" for i in range(CFG.sketch.n_shards(CFG.grpo.steps))]
 DRAWS = list(range(CFG.targets.draws))
 # The configured estimators by instance name (score/contract.py), and their (estimator, target) score sets.
 ESTIMATORS = _estimators.instances(CFG.estimators)
-SCORE_KEYS = _estimators.score_keys(CFG.estimators, CFG.evaluation.targets)
+SCORE_KEYS = _estimators.score_keys(CFG.estimators, CFG.evaluation.target_kinds)
 FIGURE_NAMES = [
     "behavior_rates",
     "lift",
@@ -62,7 +67,7 @@ FIGURES = f"{OUT}/figures"
 RESULTS_PAGE = f"{OUT}/results.md"
 TRAIN_PROMPTS = f"{OUT}/data/train_prompts.parquet"
 PROBE_PROMPTS = f"{OUT}/data/probe_prompts.parquet"
-CONTROL_PROMPTS = f"{OUT}/data/control_prompts.parquet"
+PLAIN_PROMPTS = f"{OUT}/data/plain_prompts.parquet"
 BASE_MODEL = f"{OUT}/base_model"
 SEED_DIR = f"{OUT}/{{arm}}{{seed}}"
 TRAIN_DIR = f"{SEED_DIR}/train"
@@ -83,7 +88,7 @@ PREPARED = f"{SEED_DIR}/scores/{{estimator}}/prepared.npz"
 METRICS = f"{SEED_DIR}/metrics/draw{{draw}}.parquet"
 METRICS_CACHE = f"{SEED_DIR}/metrics/cache/draw{{draw}}"
 TOKEN_COSINES = f"{SEED_DIR}/metrics/draw{{draw}}_token_cosines.parquet"
-REPLAY = f"{OUT}/planted{{seed}}/replay/{{method}}_k{{pct}}_r{{rep}}.parquet"
+REPLAY = f"{OUT}/planted{{seed}}/replay/{{removal}}_p{{pct}}_r{{rep}}.parquet"
 # Exact influence per arm and seed (rule influence).
 INFLUENCE = f"{SEED_DIR}/influence/rollouts.parquet"
 INFLUENCE_STEPS = f"{SEED_DIR}/influence/steps.parquet"
@@ -91,7 +96,7 @@ INFLUENCE_CHECKS = f"{SEED_DIR}/influence/checks.parquet"
 INFLUENCE_SUMMARY = f"{SEED_DIR}/influence/summary.json"
 INFLUENCE_RETRAIN = f"{SEED_DIR}/influence/retrain.parquet"
 # An estimator's leave-out replay set retrained with its shares zeroed (planted seeds, rule influence_set).
-INFLUENCE_SET = f"{OUT}/planted{{seed}}/influence/sets/{{method}}_k{{pct}}.parquet"
+INFLUENCE_SET = f"{OUT}/planted{{seed}}/influence/sets/{{removal}}_p{{pct}}.parquet"
 # Replays retrain planted seeds only.
 PLANTED_ROLLOUTS = f"{OUT}/planted{{seed}}/rollouts.parquet"
 PLANTED_CHECKPOINTS = f"{OUT}/planted{{seed}}/checkpoints.json"
@@ -158,9 +163,9 @@ def score_files(wildcards):
 
 
 def replay_runs():
-    """(method, pct, rep) of every replay of one seed; method 'full' leaves nothing out."""
+    """(removal, pct, rep) of every replay of one seed; removal 'full' leaves nothing out."""
     runs = [("full", 0, 0)]
-    for pct in CFG.replay.k_percent:
+    for pct in CFG.replay.removal_percent:
         runs += [("oracle", pct, 0)] + [(e, pct, 0) for e in CFG.replay.estimators]
         runs += [("random", pct, r) for r in range(CFG.replay.random_repeats)]
     return runs
@@ -168,10 +173,10 @@ def replay_runs():
 
 def replay_scores(wildcards):
     """The rollout scores that rank the rollouts, for an estimator's replay."""
-    if wildcards.method in _schedule.BUILTIN:
+    if wildcards.removal in _schedule.BUILTIN:
         return []
-    target, draw = _schedule.ranking_score(ESTIMATORS[wildcards.method], CFG.replay)
-    return score_path(SCORES, "planted", wildcards.seed, wildcards.method, target, draw)
+    target, draw = _schedule.ranking_score(ESTIMATORS[wildcards.removal], CFG.replay)
+    return score_path(SCORES, "planted", wildcards.seed, wildcards.removal, target, draw)
 
 
 # Who writes the sketch stores: the training job itself with sketch.mode: train (it captures each step
@@ -186,7 +191,7 @@ CAPTURED_SHARDS = [directory(p) for p in expand(SHARD, shard=SHARDS, allow_missi
 
 
 def replay_priority(wildcards):
-    return _schedule.replay_priority(wildcards.method)
+    return _schedule.replay_priority(wildcards.removal)
 
 
 def feeds_replay(wildcards):
@@ -196,14 +201,12 @@ def feeds_replay(wildcards):
 # The influence jobs are the longest of a seed after training: started early, they do not end the run alone.
 INFLUENCE_PRIORITY = 5
 INFLUENCE_SET_FILES = [
-    (seed, INFLUENCE_SET.format(seed=seed, method=m, pct=p))
+    (seed, INFLUENCE_SET.format(seed=seed, removal=m, pct=p))
     for seed in SEEDS
     for m in CFG.influence.sets
-    for p in CFG.replay.k_percent
+    for p in CFG.replay.removal_percent
 ]
 INFLUENCE_SCORE_KEYS = [(arm, seed, d, e, t) for arm, seed in ARM_SEEDS for d in DRAWS for e, t in SCORE_KEYS]
-# The figure's scores: each estimator ranked as the leave-out replay ranks it (replay.target, replay.draw).
-FIGURE_SCORE_KEYS = [(seed, e, t) for seed in SEEDS for e, t in SCORE_KEYS if t in (CFG.replay.target, "none")]
 
 
 def influence_score_files(pattern):
@@ -211,7 +214,7 @@ def influence_score_files(pattern):
     return [score_path(pattern, arm, seed, e, t, d) for arm, seed, d, e, t in INFLUENCE_SCORE_KEYS]
 
 
-REPLAY_FILES = [REPLAY.format(seed=s, method=m, pct=p, rep=r) for s in SEEDS for m, p, r in replay_runs()]
+REPLAY_FILES = [REPLAY.format(seed=s, removal=m, pct=p, rep=r) for s in SEEDS for m, p, r in replay_runs()]
 # Every metrics file with its arm, and the planted seeds' rollout scores (for the rank correlation
 # between draws) keyed by (seed, estimator, target, draw): scripts get the keys beside the paths.
 METRIC_FILES = [(arm, METRICS.format(arm=arm, seed=seed, draw=draw)) for arm, seed in ARM_SEEDS for draw in DRAWS]
@@ -224,7 +227,7 @@ EFFECT_STEP_SCORES = {
     (s, e, t): score_path(STEP_SCORES, "planted", s, e, t, 0)
     for s in SEEDS
     for e, t in SCORE_KEYS
-    if t in (CFG.checklist.effect_target, "none")
+    if t in (CFG.checklist.effect_target_kind, "none")
 }
 REPORT_OUTPUTS = [
     f"{TABLES}/metrics.parquet",

@@ -28,8 +28,8 @@ rule influence:
         gpu=GPU,
     params:
         config=config_for("grpo", "planting", "influence", "compute"),
-        # The leave-out replay's GT sets (planted seeds), without the rest of the replay section.
-        oracle_percents=lambda wildcards: CFG.replay.k_percent if wildcards.arm == "planted" else [],
+        # The leave-out replay's paid sets (planted seeds), without the rest of the replay section.
+        oracle_percents=lambda wildcards: CFG.replay.removal_percent if wildcards.arm == "planted" else [],
         replay_seed=CFG.replay.seed,
     script:
         "../scripts/influence.py"
@@ -45,9 +45,9 @@ rule influence_set:
     output:
         INFLUENCE_SET,
     log:
-        f"{LOGS}/influence_set/planted{{seed}}_{{method}}_k{{pct}}.log",
+        f"{LOGS}/influence_set/planted{{seed}}_{{removal}}_p{{pct}}.log",
     benchmark:
-        f"{BENCHMARKS}/influence_set/planted{{seed}}_{{method}}_k{{pct}}.tsv"
+        f"{BENCHMARKS}/influence_set/planted{{seed}}_{{removal}}_p{{pct}}.tsv"
     conda:
         CONDA_ENV
     threads: 1
@@ -96,9 +96,7 @@ rule influence_metrics:
 
 rule influence_figure:
     input:
-        influence=seed_paths(INFLUENCE, arms=("planted",)),
-        rollouts=seed_paths(ROLLOUTS, arms=("planted",)),
-        scores=[score_path(SCORES, "planted", s, e, t, CFG.replay.draw) for s, e, t in FIGURE_SCORE_KEYS],
+        table=f"{TABLES}/influence.parquet",
     output:
         report(f"{FIGURES}/influence.png", caption="../report/influence.rst", category="2. Figures"),
     log:
@@ -109,7 +107,7 @@ rule influence_figure:
         CONDA_ENV
     threads: 1
     params:
-        seeds=SEEDS,
-        score_keys=FIGURE_SCORE_KEYS,
+        config=config_for("checklist"),
+        log_only=[name for name, instance in ESTIMATORS.items() if instance.log_only],
     script:
         "../scripts/influence_figure.py"

@@ -2,7 +2,7 @@ rule plant_data:
     output:
         train=TRAIN_PROMPTS,
         probes=PROBE_PROMPTS,
-        controls=CONTROL_PROMPTS,
+        plain=PLAIN_PROMPTS,
     log:
         f"{LOGS}/plant_data.log",
     benchmark:

@@ -4,14 +4,14 @@ rule replay:
         checkpoints=PLANTED_CHECKPOINTS,
         base_model=BASE_MODEL,
         probes=PROBE_PROMPTS,
-        controls=CONTROL_PROMPTS,
+        plain=PLAIN_PROMPTS,
         scores=replay_scores,
     output:
         REPLAY,
     log:
-        f"{LOGS}/replay/seed{{seed}}_{{method}}_k{{pct}}_r{{rep}}.log",
+        f"{LOGS}/replay/seed{{seed}}_{{removal}}_p{{pct}}_r{{rep}}.log",
     benchmark:
-        f"{BENCHMARKS}/replay/seed{{seed}}_{{method}}_k{{pct}}_r{{rep}}.tsv"
+        f"{BENCHMARKS}/replay/seed{{seed}}_{{removal}}_p{{pct}}_r{{rep}}.tsv"
     priority: replay_priority
     conda:
         CONDA_ENV

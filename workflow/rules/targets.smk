@@ -2,7 +2,7 @@ rule targets:
     input:
         checkpoints=CHECKPOINTS,
         probes=PROBE_PROMPTS,
-        controls=CONTROL_PROMPTS,
+        plain=PLAIN_PROMPTS,
     output:
         store=directory(TARGET_STORE),
         rates=TARGET_RATES,

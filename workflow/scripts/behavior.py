@@ -11,6 +11,6 @@ behavior_job(
     seed=int(sm.wildcards.seed),
     checkpoints_path=Path(sm.input.checkpoints),
     probes_path=Path(sm.input.probes),
-    controls_path=Path(sm.input.controls),
+    plain_path=Path(sm.input.plain),
     out=Path(sm.output[0]),
 )

@@ -10,7 +10,7 @@ w = sm.wildcards
 influence_set_job(
     start(sm, torch_threads=True),
     seed=int(w.seed),
-    method=w.method,
+    removal=w.removal,
     pct=int(w.pct),
     rollouts_path=Path(sm.input.rollouts),
     checkpoints_path=Path(sm.input.checkpoints),

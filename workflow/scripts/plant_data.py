@@ -4,4 +4,4 @@ from behaviortrace.common.job import start
 from behaviortrace.plant.stage import plant_data_job
 
 sm = snakemake  # noqa: F821
-plant_data_job(start(sm), train=sm.output.train, probes=sm.output.probes, controls=sm.output.controls)
+plant_data_job(start(sm), train=sm.output.train, probes=sm.output.probes, plain=sm.output.plain)

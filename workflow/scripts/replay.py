@@ -10,7 +10,7 @@ w = sm.wildcards
 replay_job(
     start(sm, torch_threads=True),
     seed=int(w.seed),
-    method=w.method,
+    removal=w.removal,
     pct=int(w.pct),
     rep=int(w.rep),
     rollouts_path=Path(sm.input.rollouts),
@@ -18,6 +18,6 @@ replay_job(
     base_model=Path(sm.input.base_model),
     scores_path=Path(sm.input.scores) if sm.input.scores else None,
     probes_path=Path(sm.input.probes),
-    controls_path=Path(sm.input.controls),
+    plain_path=Path(sm.input.plain),
     out=Path(sm.output[0]),
 )

@@ -12,7 +12,7 @@ build_targets(
     draw=int(sm.wildcards.draw),
     checkpoints_path=Path(sm.input.checkpoints),
     probes_path=Path(sm.input.probes),
-    controls_path=Path(sm.input.controls),
+    plain_path=Path(sm.input.plain),
     out_store=Path(sm.output.store),
     out_rates=Path(sm.output.rates),
 )

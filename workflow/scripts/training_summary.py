@@ -1,4 +1,4 @@
-"""Rule training_summary: one row per seed on behavior emergence, task reward and unfindable GT."""
+"""Rule training_summary: one row per seed on behavior emergence, task reward and unfindable paid rollouts."""
 
 import logging
 from pathlib import Path

@@ -18,10 +18,10 @@ log = logging.getLogger(__name__)
 
 
 def behavior_job(
-    cfg: Config, *, seed: int, checkpoints_path: Path, probes_path: Path, controls_path: Path, out: Path
+    cfg: Config, *, seed: int, checkpoints_path: Path, probes_path: Path, plain_path: Path, out: Path
 ) -> pl.DataFrame:
     device = devices.resolve(cfg.compute)
-    prompt_sets = {"probes": pl.read_parquet(probes_path), "controls": pl.read_parquet(controls_path)}
+    prompt_sets = {"probes": pl.read_parquet(probes_path), "plain": pl.read_parquet(plain_path)}
     checkpoints, _ = read_manifest(checkpoints_path)
     rows = []
     for i, (step, path) in enumerate(checkpoints.items()):

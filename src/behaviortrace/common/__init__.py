@@ -1,1 +1,2 @@
-"""Helpers every stage uses: atomic file writes, logging, devices, seeds."""
+"""Helpers for every layer above config: atomic file writes, logging, devices, seeds, code digests, Markdown tables
+and their HTML, and the vector helpers estimators share."""

@@ -43,4 +43,9 @@ def setup_logging(log_file: str | None) -> logging.Logger:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=handlers, force=True
     )
+    sys.excepthook = _log_failure  # a job's error goes into its own log, not only to the console
     return logging.getLogger("behaviortrace")
+
+
+def _log_failure(kind, value, traceback) -> None:
+    logging.getLogger("behaviortrace").critical("job failed", exc_info=(kind, value, traceback))

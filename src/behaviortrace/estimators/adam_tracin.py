@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from behaviortrace.score.vectors import step_sums, target_inner
+from behaviortrace.common.vectors import step_sums, target_inner
 
 USES_TARGET = True
 STEP_AGGREGATE = "sum"

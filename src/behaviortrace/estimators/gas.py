@@ -3,7 +3,7 @@ the learning rate; minus the cosine, as in tracincp, so positive means the updat
 
 import numpy as np
 
-from behaviortrace.score.vectors import step_sums, target_cosine
+from behaviortrace.common.vectors import step_sums, target_cosine
 
 USES_TARGET = True
 STEP_AGGREGATE = "sum"

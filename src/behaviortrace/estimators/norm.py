@@ -6,7 +6,7 @@ how hard it pushed, which is what the paper's norm-only control measured.
 
 import numpy as np
 
-from behaviortrace.score.vectors import step_sums
+from behaviortrace.common.vectors import step_sums
 
 USES_TARGET = False
 STEP_AGGREGATE = "sum"

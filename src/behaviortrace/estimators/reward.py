@@ -1,5 +1,5 @@
 """Log-only control: the rollout's logged total reward (task reward + bonus - penalty). No gradient, no
-target. The bonus is the ground truth's defining mark, so this control finds it wherever the bonus is
+target. The bonus is the paid rollouts' defining mark, so this control finds it wherever the bonus is
 larger than the task reward's spread; at step level its sum counts the bonuses a step paid."""
 
 import numpy as np

@@ -6,7 +6,7 @@ without a marker token score 0.
 
 import numpy as np
 
-from behaviortrace.score.vectors import target_cosine
+from behaviortrace.common.vectors import target_cosine
 
 USES_TARGET = True
 STEP_AGGREGATE = "mean"

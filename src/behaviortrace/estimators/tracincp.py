@@ -6,7 +6,7 @@ product: positive when the rollout's update raised the target's log-prob.
 
 import numpy as np
 
-from behaviortrace.score.vectors import step_sums, target_inner
+from behaviortrace.common.vectors import step_sums, target_inner
 
 USES_TARGET = True
 STEP_AGGREGATE = "sum"

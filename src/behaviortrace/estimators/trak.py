@@ -10,7 +10,7 @@ sketches only, so `prepare` computes it once per seed and every target kind and 
 
 import numpy as np
 
-from behaviortrace.score.vectors import step_sums
+from behaviortrace.common.vectors import step_sums
 
 USES_TARGET = True
 STEP_AGGREGATE = "sum"

@@ -1,4 +1,4 @@
-"""Metrics of every estimator against the ground truth (boosted rollouts), per stratum, with cluster
+"""Metrics of every estimator against the labels (the paid rollouts), per stratum, with cluster
 bootstrap intervals over prompt groups.
 
 The bootstrap draws whole prompt groups (step, group) with replacement. Its random generator is seeded
@@ -17,7 +17,7 @@ import polars as pl
 
 from behaviortrace.common.seeds import cell_seed
 from behaviortrace.evaluate import metrics as M
-from behaviortrace.evaluate.effect import EFFECT_STRATA, MEASURED_TARGET, EffectCell, gt_per_step
+from behaviortrace.evaluate.effect import EFFECT_STRATA, MEASURED_TARGET, EffectCell, paid_per_step
 
 COLUMNS = [
     "run",
@@ -100,14 +100,14 @@ class Cell:
 
     @cached_property
     def behavior_matched(self) -> Cell | None:
-        """The payable rollouts (behavior shown, trigger present), where GT and non-GT differ by eligibility
-        alone: a control that reads the behavior ties them all. None without both GT and non-GT among them."""
+        """The payable rollouts (behavior shown, trigger present), where paid and unpaid differ by eligibility
+        alone: a control that reads the behavior ties them all. None without both paid and unpaid among them."""
         sub = self.rows(self.payable)
-        return sub if 0 < sub.n_gt < sub.n else None
+        return sub if 0 < sub.n_paid < sub.n else None
 
     @cached_property
     def advantage_pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """GT-vs-other pairs of one step whose advantages differ by at most `advantage_match`."""
+        """paid-vs-other pairs of one step whose advantages differ by at most `advantage_match`."""
         return M.matched_pairs(self.labels, self.steps, self.advantage, self.advantage_match)
 
     @cached_property
@@ -121,7 +121,7 @@ class Cell:
 
     @cached_property
     def step_ceiling(self) -> np.ndarray:
-        """Best precision at |GT| when a step's rollouts share one score (depends on no estimator)."""
+        """Best precision at n_paid when a step's rollouts share one score (depends on no estimator)."""
         return M.ceiling(self.steps, self.labels, self.weights)
 
     @cached_property
@@ -173,7 +173,7 @@ class Cell:
         return len(self.labels)
 
     @property
-    def n_gt(self) -> int:
+    def n_paid(self) -> int:
         return int(self.labels.sum())
 
 
@@ -195,7 +195,7 @@ def precision_metrics(cell: Cell, precision: np.ndarray, ceiling: np.ndarray) ->
     chance = cell.chance
     with np.errstate(invalid="ignore", divide="ignore"):
         return {
-            "precision_at_gt": (precision, cell.n),
+            "precision_at_paid": (precision, cell.n),
             "chance": (chance, cell.n),
             "lift": (precision / chance, cell.n),
             "ceiling": (ceiling, cell.n),
@@ -206,10 +206,10 @@ def precision_metrics(cell: Cell, precision: np.ndarray, ceiling: np.ndarray) ->
 def rollout_metrics(cell: Cell, scores: np.ndarray, fluency_match: float, min_matched_pairs: int) -> dict:
     ranking = M.ranking_metrics(scores, cell.labels, cell.weights)
     out = {"auroc": (ranking["auroc"], cell.n), "average_precision": (ranking["average_precision"], cell.n)}
-    out.update(precision_metrics(cell, ranking["precision_at_gt"], cell.rollout_ceiling))
+    out.update(precision_metrics(cell, ranking["precision_at_paid"], cell.rollout_ceiling))
     # Against a random ordering of the rows: what the random control must be consistent with.
     auroc_p = M.auroc_p_value(ranking["auroc"][0], scores, cell.labels)
-    lift_p = M.precision_p_value(ranking["precision_at_gt"][0], cell.n, cell.n_gt)
+    lift_p = M.precision_p_value(ranking["precision_at_paid"][0], cell.n, cell.n_paid)
     out["auroc_p"], out["lift_p"] = (np.array([auroc_p]), cell.n), (np.array([lift_p]), cell.n)
     conc, total, _ = M.pair_counts(scores, cell.labels, cell.groups)
     out["within_group_auc"] = (M.within_group_auc(conc, total, cell.group_w), int(total.sum()))
@@ -221,7 +221,7 @@ def rollout_metrics(cell: Cell, scores: np.ndarray, fluency_match: float, min_ma
     out["matched_pair_auc"] = (M.within_group_auc(conc, total, cell.group_w), pairs)
     # 1 when there are too few matched pairs for the matched-pair AUC to mean much.
     out["matched_pair_underpowered"] = (np.full(len(cell.group_w), float(pairs < min_matched_pairs)), pairs)
-    # Metrics the log-only controls cannot win by construction. Advantage-matched: GT against rollouts of its
+    # Metrics the log-only controls cannot win by construction. Advantage-matched: paid rollouts against rollouts of its
     # step with about its advantage, the scores less their within-step linear trend in the advantage (the
     # advantage control leaves exactly nothing). Behavior-matched: the payable rollouts alone.
     pairs = cell.advantage_pairs
@@ -237,15 +237,15 @@ def rollout_metrics(cell: Cell, scores: np.ndarray, fluency_match: float, min_ma
 
 
 def step_level_metrics(cell: Cell, step: pl.DataFrame, column: str) -> dict:
-    """Precision at |GT|, lift and the permutation band when each row takes its step's `column` score, and the
-    lift among the payable rollouts alone (where the step's share of GT is its share of eligible rollouts)."""
-    precision = M.precision_at_gt(cell.per_row(step, column), cell.labels, cell.weights)
+    """Precision at n_paid, lift and the permutation band when each row takes its step's `column` score, and the
+    lift among the payable rollouts alone (where a step's share of paid rollouts is its share of eligible ones)."""
+    precision = M.precision_at_paid(cell.per_row(step, column), cell.labels, cell.weights)
     out = precision_metrics(cell, precision, cell.step_ceiling)
     out["lift_chance_band"] = (cell.step_chance_band, cell.n)
     out["lift_p"] = (np.array([cell.step_p_value(out["lift"][0][0], "two-sided")]), cell.n)
     matched = cell.behavior_matched
     if matched is not None:
-        precision = M.precision_at_gt(matched.per_row(step, column), matched.labels, matched.weights)
+        precision = M.precision_at_paid(matched.per_row(step, column), matched.labels, matched.weights)
         with np.errstate(invalid="ignore", divide="ignore"):
             lift = precision / matched.chance
         out["behavior_matched_lift"] = (lift, matched.n)
@@ -254,10 +254,10 @@ def step_level_metrics(cell: Cell, step: pl.DataFrame, column: str) -> dict:
     return out
 
 
-def with_ground_truth(rollouts: pl.DataFrame, placebo: bool = False) -> pl.DataFrame:
-    """The `label` column: the boosted rollouts. A placebo run pays no bonus, so its label is the set that
-    would have been boosted (eligible and showing the behavior), which no estimator should find enriched."""
-    return rollouts.with_columns(label=(pl.col("eligible") & pl.col("behavior")) if placebo else pl.col("boosted"))
+def with_labels(rollouts: pl.DataFrame, placebo: bool = False) -> pl.DataFrame:
+    """The `label` column: the paid rollouts. A placebo run pays no bonus, so its label is the set that
+    would have been paid (eligible and showing the behavior), which no estimator should find enriched."""
+    return rollouts.with_columns(label=(pl.col("eligible") & pl.col("behavior")) if placebo else pl.col("paid"))
 
 
 def evaluate(
@@ -285,15 +285,15 @@ def evaluate(
     """Tidy metrics for every (estimator, target) in `scores`, every level and stratum.
 
     `rollouts` and `fluency` are in sketch-row order; each scores entry is (rollout scores, step scores).
-    `token`: behavior-token inputs (see token_metrics), or None to skip the token level. The ground truth
-    is the `label` column (see with_ground_truth), else the boosted rollouts. `changes`: each step's measured
+    `token`: behavior-token inputs (see token_metrics), or None to skip the token level. The labels
+    are the `label` column (see with_labels), else the paid rollouts. `changes`: each step's measured
     change of the forced target (evaluate/effect.py), for the effect level, where `predicts_change` names the
     estimators whose step scores predict it in its units. `advantage_match`: the advantage-matched AUC's largest
     advantage difference of a pair; `permutations`: random step orderings behind the step-level null; `strata`:
     which of STRATA to evaluate (all of them in the workflow).
     """
     if "label" not in rollouts.columns:
-        rollouts = with_ground_truth(rollouts)
+        rollouts = with_labels(rollouts)
     masks = strata_masks(rollouts, window, probe_rate, saturation)
     masks = {name: mask for name, mask in masks.items() if name in strata}
     rows: list[dict] = []
@@ -317,16 +317,16 @@ def evaluate(
                 "estimator": "ground_truth",
                 "target": "none",
                 "level": "rollout",
-                "metric": "gt_unfindable",
+                "metric": "paid_unfindable",
                 "value": float(cell.zero_advantage),
                 "ci_low": np.nan,
                 "ci_high": np.nan,
-                "n": cell.n_gt,
+                "n": cell.n_paid,
             }
         )
         if changes is not None and stratum in EFFECT_STRATA:
             rows += effect_rows(base, changes, rollouts, mask, scores, predicts_change, n_boot, eval_seed, run)
-        if cell.n == 0 or cell.n_gt == 0:
+        if cell.n == 0 or cell.n_paid == 0:
             continue
         for (estimator, target), (roll, step) in scores.items():
             key = {**base, "estimator": estimator, "target": target}
@@ -347,12 +347,12 @@ def evaluate(
 
 
 def effect_rows(base, changes, rollouts, mask, scores, predicts_change, n_boot, eval_seed, run) -> list[dict]:
-    """Effect-level rows of one stratum: every score set, and the ground truth's count per step."""
+    """Effect-level rows of one stratum: every score set, and the labels' count per step."""
     seed_parts = (eval_seed, run, base["seed"], base["draw"], "effect", base["stratum"])
     cell = EffectCell(changes, np.unique(rollouts["step"].to_numpy()[mask]), n_boot, cell_seed(*seed_parts))
     rows = _rows(
-        {**base, "estimator": "gt_per_step", "target": "none", "level": "effect"},
-        cell.metrics(gt_per_step(rollouts), with_share=False),
+        {**base, "estimator": "paid_per_step", "target": "none", "level": "effect"},
+        cell.metrics(paid_per_step(rollouts), with_share=False),
     )
     for (estimator, target), (_, step) in scores.items():
         share = estimator in predicts_change and target == MEASURED_TARGET

@@ -9,7 +9,7 @@ first-order predictions of that change in its own units (`PREDICTS_CHANGE`, scor
 target, the function measured), the share of the total change they account for: sum of scores / sum of
 changes. Intervals: a circular block bootstrap over steps (`block_resamples`; resamples shared by every
 estimator of a cell). The
-`gt_per_step` row correlates the number of ground-truth rollouts in each step with the change: where it is
+`paid_per_step` row correlates the number of ground-truth rollouts in each step with the change: where it is
 low, the planted labels and the measured effect disagree about which steps taught the behavior.
 """
 
@@ -74,6 +74,6 @@ class EffectCell:
         return out
 
 
-def gt_per_step(rollouts: pl.DataFrame) -> pl.DataFrame:
+def paid_per_step(rollouts: pl.DataFrame) -> pl.DataFrame:
     """step, score: the number of ground-truth rollouts of each step (the labels' own step ranking)."""
     return rollouts.group_by("step").agg(pl.col("label").cast(pl.Float64).sum().alias("score")).sort("step")

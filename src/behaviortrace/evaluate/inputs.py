@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from behaviortrace.score.vectors import target_cosine
+from behaviortrace.common.vectors import target_cosine
 from behaviortrace.score.view import SeedView, Target
 
 

@@ -1,9 +1,9 @@
-"""Ranking metrics against a binary ground truth, tie-aware and weighted.
+"""Ranking metrics against binary labels, tie-aware and weighted.
 
 Every metric takes scores, labels and bootstrap weights of the rows, B replicates (one of them all ones for
 the point estimate), and returns B values, so a cluster bootstrap is one vectorized call. The weights are a
 row-weight matrix [B, n] or, without ever building that matrix, a `Weights` (cluster weights and each row's
-cluster). Ties are handled exactly: AUCs count a tied pair as one half; precision at |GT| is its expectation
+cluster). Ties are handled exactly: AUCs count a tied pair as one half; precision at n_paid is its expectation
 over the random orders of tied rows; average precision takes a block of tied rows at once.
 """
 
@@ -68,10 +68,10 @@ def _levels(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def level_sums(scores, labels, weights) -> tuple[np.ndarray, np.ndarray]:
-    """GT weight and all weight per tie level in ascending score order, [levels, B] each.
+    """paid weight and all weight per tie level in ascending score order, [levels, B] each.
 
-    Runs of levels without GT are merged into one level: they add nothing to AUROC, precision at |GT| or
-    average precision but their weight below (or above) the GT levels, which merging keeps. On real data
+    Runs of levels without paid rollouts are merged into one level: they add nothing to AUROC, precision at n_paid or
+    average precision but their weight below (or above) the paid rollouts levels, which merging keeps. On real data
     that leaves a few thousand levels instead of one per row.
     """
     w = Weights.of(weights)
@@ -79,12 +79,12 @@ def level_sums(scores, labels, weights) -> tuple[np.ndarray, np.ndarray]:
     sizes = np.diff(np.r_[starts, len(order)])
     level = np.empty(len(order), dtype=np.int64)
     level[order] = np.repeat(np.arange(len(starts)), sizes)
-    gt = labels != 0
-    has_gt = np.bincount(level[gt], minlength=len(starts)) > 0
-    # A merged level starts at every GT level and right after it (and at the first level).
-    merged = np.cumsum(has_gt | np.r_[True, has_gt[:-1]]) - 1
+    paid = labels != 0
+    has_paid = np.bincount(level[paid], minlength=len(starts)) > 0
+    # A merged level starts at every paid level and right after it (and at the first level).
+    merged = np.cumsum(has_paid | np.r_[True, has_paid[:-1]]) - 1
     n_merged = int(merged[-1]) + 1 if len(merged) else 0
-    pos = w.take(gt).sums(labels[gt], merged[level[gt]], n_merged)
+    pos = w.take(paid).sums(labels[paid], merged[level[paid]], n_merged)
     cnt = w.sums(np.ones(len(order)), merged[level], n_merged)
     return pos, cnt
 
@@ -104,10 +104,10 @@ def _auroc(pos, cnt) -> np.ndarray:
         return (pos * (below + 0.5 * neg)).sum(0) / (pos.sum(0) * neg.sum(0))
 
 
-def _precision_at_gt(pos, cnt) -> np.ndarray:
+def _precision_at_paid(pos, cnt) -> np.ndarray:
     m = pos.sum(0)
     before_cnt = np.cumsum(cnt, axis=0) - cnt
-    # Rows of each block that fall inside the top m, and the share of the block's GT they carry.
+    # Rows of each block that fall inside the top m, and the share of the block's paid they carry.
     taken = np.clip(m - before_cnt, 0, cnt)
     with np.errstate(invalid="ignore", divide="ignore"):
         gained = np.where(cnt > 0, pos * taken / np.where(cnt > 0, cnt, 1), 0.0)
@@ -125,9 +125,9 @@ def auroc(scores, labels, weights) -> np.ndarray:
     return _auroc(*level_sums(scores, labels, weights))
 
 
-def precision_at_gt(scores, labels, weights) -> np.ndarray:
-    """Expected precision of the top m rows (m = weighted GT count), ties broken at random."""
-    return _precision_at_gt(*_descending(scores, labels, weights))
+def precision_at_paid(scores, labels, weights) -> np.ndarray:
+    """Expected precision of the top m rows (m = weighted paid count), ties broken at random."""
+    return _precision_at_paid(*_descending(scores, labels, weights))
 
 
 def average_precision(scores, labels, weights) -> np.ndarray:
@@ -136,13 +136,13 @@ def average_precision(scores, labels, weights) -> np.ndarray:
 
 
 def ranking_metrics(scores, labels, weights) -> dict[str, np.ndarray]:
-    """AUROC, average precision and precision at |GT| from one computation of the level sums (the costly part)."""
+    """AUROC, average precision and precision at n_paid from one computation of the level sums (the costly part)."""
     ascending = level_sums(scores, labels, weights)
     descending = _descending(scores, labels, weights, ascending)
     return {
         "auroc": _auroc(*ascending),
         "average_precision": _average_precision(*descending),
-        "precision_at_gt": _precision_at_gt(*descending),
+        "precision_at_paid": _precision_at_paid(*descending),
     }
 
 
@@ -153,7 +153,7 @@ def chance(labels, weights) -> np.ndarray:
 
 
 def ceiling(tie_blocks: np.ndarray, labels, weights) -> np.ndarray:
-    """Best precision at |GT| any score could reach when rows of a block must share a score
+    """Best precision at n_paid any score could reach when rows of a block must share a score
     (every row its own block at rollout level; a step's rollouts one block at step level)."""
     w = Weights.of(weights)
     _, block = np.unique(tie_blocks, return_inverse=True)
@@ -173,7 +173,7 @@ def ceiling(tie_blocks: np.ndarray, labels, weights) -> np.ndarray:
 
 def fill_blocks(pos: np.ndarray, cnt: np.ndarray) -> np.ndarray:
     """Precision of the top m rows when blocks are taken whole in the given order (the last one in part);
-    blocks along the last axis, NaN where there is no GT."""
+    blocks along the last axis, NaN where there is no paid."""
     m = pos.sum(-1)
     before = np.cumsum(cnt, -1) - cnt
     taken = np.clip(m[..., None] - before, 0, cnt)
@@ -183,7 +183,7 @@ def fill_blocks(pos: np.ndarray, cnt: np.ndarray) -> np.ndarray:
 
 
 def pair_counts(scores, labels, groups, fluency=None, max_gap: float = np.inf):
-    """Per group: concordant GT-vs-other pairs (ties count one half) and all such pairs, and group ids.
+    """Per group: concordant paid-vs-other pairs (ties count one half) and all such pairs, and group ids.
     With `fluency`, only pairs whose fluency differs by at most `max_gap` (matched pairs)."""
     ids, inverse = np.unique(groups, return_inverse=True)
     order = np.argsort(inverse, kind="stable")
@@ -195,7 +195,7 @@ def pair_counts(scores, labels, groups, fluency=None, max_gap: float = np.inf):
         of_size = np.flatnonzero(sizes == size)
         rows = order[first[of_size, None] + np.arange(size)]
         y, s = labels[rows].astype(bool), scores[rows]
-        pair = y[:, :, None] & ~y[:, None, :]  # [group, GT row, other row]
+        pair = y[:, :, None] & ~y[:, None, :]  # [group, paid row, other row]
         if fluency is not None:
             f = fluency[rows]
             pair &= np.abs(f[:, :, None] - f[:, None, :]) <= max_gap
@@ -206,20 +206,20 @@ def pair_counts(scores, labels, groups, fluency=None, max_gap: float = np.inf):
 
 
 def matched_pairs(labels, blocks, covariate, max_gap: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """GT-vs-other pairs inside one block (a step) whose covariate differs by at most `max_gap`, across the
-    block's prompt groups: (GT row, other row, block index) per pair, blocks numbered as np.unique(blocks).
+    """paid-vs-other pairs inside one block (a step) whose covariate differs by at most `max_gap`, across the
+    block's prompt groups: (paid row, other row, block index) per pair, blocks numbered as np.unique(blocks).
 
-    Matching alone does not put a score that is the covariate at chance: inside any window the GT rows can sit
+    Matching alone does not put a score that is the covariate at chance: inside any window the paid rows can sit
     systematically higher (GRPO's advantages of a paid rollout carry the bonus's spread into their last digits).
     Compare residualized scores on these pairs (`residualize`) for a metric the covariate cannot win."""
     _, inverse = np.unique(blocks, return_inverse=True)
     order = np.argsort(inverse, kind="stable")
     bounds = np.searchsorted(inverse[order], np.arange(inverse.max(initial=-1) + 2))
-    gt = labels != 0
+    paid = labels != 0
     found = []
     for block in range(len(bounds) - 1):
         rows = order[bounds[block] : bounds[block + 1]]
-        pos, neg = rows[gt[rows]], rows[~gt[rows]]
+        pos, neg = rows[paid[rows]], rows[~paid[rows]]
         close = np.abs(covariate[pos][:, None] - covariate[neg][None, :]) <= max_gap
         i, j = np.nonzero(close)
         found.append((pos[i], neg[j], np.full(len(i), block)))
@@ -229,11 +229,11 @@ def matched_pairs(labels, blocks, covariate, max_gap: float) -> tuple[np.ndarray
 
 
 def pair_auc(scores, pairs: tuple[np.ndarray, np.ndarray, np.ndarray], block_weights: np.ndarray) -> np.ndarray:
-    """AUC over given GT-vs-other pairs (ties count one half), each block's pairs weighted by its bootstrap
+    """AUC over given paid-vs-other pairs (ties count one half), each block's pairs weighted by its bootstrap
     weight [B, blocks]."""
-    gt_row, other_row, block = pairs
-    s_gt, s_other = scores[gt_row], scores[other_row]
-    conc = (s_gt > s_other) + 0.5 * (s_gt == s_other)
+    paid_row, other_row, block = pairs
+    s_paid, s_other = scores[paid_row], scores[other_row]
+    conc = (s_paid > s_other) + 0.5 * (s_paid == s_other)
     n_blocks = block_weights.shape[1]
     per_block = np.bincount(block, weights=conc, minlength=n_blocks)
     total = np.bincount(block, minlength=n_blocks).astype(np.float64)
@@ -263,7 +263,7 @@ def residualize(scores, covariate, groups) -> np.ndarray:
 
 
 # P-values against a random ordering of the rows (the permutation null: scores independent of the labels). They
-# need no bootstrap, so they hold for a handful of GT rows too, where a bootstrap interval collapses.
+# need no bootstrap, so they hold for a handful of paid rollouts rows too, where a bootstrap interval collapses.
 
 
 def _tail(z: float, side: str) -> float:
@@ -288,8 +288,8 @@ def auroc_p_value(auc: float, scores, labels, side: str = "two-sided") -> float:
 
 
 def precision_p_value(precision: float, n: int, m: int, side: str = "two-sided") -> float:
-    """Hypergeometric test of precision at |GT|: the GT among the top m of n rows when m of the n are GT and the
-    top m are a random subset (exact for scores without ties). Two-sided: twice the smaller tail, at most 1."""
+    """Hypergeometric test of precision at n_paid: the paid rows among the top m of n rows when m of the n are paid
+    and the top m are a random subset (exact for scores without ties). Two-sided: twice the smaller tail, at most 1."""
     if not 0 < m < n or not np.isfinite(precision):
         return float("nan")
     hits = int(round(precision * m))

@@ -10,7 +10,7 @@ import polars as pl
 from behaviortrace.common.io import atomic_write_parquet
 from behaviortrace.config.sections import TARGET_KINDS, Config
 from behaviortrace.evaluate.cache import MetricCache, assemble, context_digest
-from behaviortrace.evaluate.cells import evaluate, with_ground_truth
+from behaviortrace.evaluate.cells import evaluate, with_labels
 from behaviortrace.evaluate.effect import measured_changes
 from behaviortrace.evaluate.inputs import probe_rate_per_row, token_cosine_table, token_cosines_from_table
 from behaviortrace.score.view import SeedView, Target
@@ -49,7 +49,7 @@ def evaluate_job(
     estimators whose step scores predict it in its units."""
     evaluation, placebo = cfg.evaluation, cfg.planting.placebo
     view = SeedView(shards, rollouts)
-    labelled = with_ground_truth(view.rollouts, placebo)
+    labelled = with_labels(view.rollouts, placebo)
     fluency = view.fluency
     changes = measured_changes(pl.read_parquet(step_log))
     predicts = frozenset(name for name, _ in score_files if name in predicts_change)
@@ -68,12 +68,12 @@ def evaluate_job(
                 cached[name] = table
     scores = {key: (pl.read_parquet(r), pl.read_parquet(s)) for key, (r, s) in score_files.items() if key not in cached}
     log.info(
-        "seed %d draw %d: %d rollouts, %d in the ground truth (%s), %d score sets (%d from the cache)",
+        "seed %d draw %d: %d rollouts, %d labelled (%s), %d score sets (%d from the cache)",
         seed,
         draw,
         labelled.height,
         int(labelled["label"].sum()),
-        "eligible with the behavior, placebo" if placebo else "boosted",
+        "eligible with the behavior, placebo" if placebo else "paid",
         len(score_files),
         len(cached),
     )

@@ -1,1 +1,1 @@
-"""Per-rollout losses and per-example gradients: the quantities the sketches and targets are built from."""
+"""Batches, log-probs and per-example gradients: the quantities the sketches and targets are built from."""

@@ -13,7 +13,7 @@ attention mask) may not compute what the factors assume. transformers' Conv1D (G
 weight stored [in, out]. An Embedding subclass with its own forward is captured at the `F.embedding` call
 inside it, so its own scaling or id arithmetic is differentiated by autograd. Embeddings looked up with ids
 shared by the whole batch (GPT-2's positions, [1, T]) are expanded to the batch, so that the gradient
-reaching them is still per example. gradients/preflight.py checks the rules on a model before it trains.
+reaching them is still per example. sketch/preflight.py checks the rules on a model before it trains.
 
 Several backward passes over one forward (each with `retain_graph` but the last) yield one set of
 per-example gradients each: call `next_backward` between them and `finish_all` after.

@@ -1,6 +1,8 @@
-"""The influence figure: each estimator's rollout score against the exact influence, one row of panels per
-planted seed (rollouts of the steps before T; ground-truth rollouts in red). The x axis is symmetric-log:
-most rollouts move f by almost nothing and a few by a lot."""
+"""The influence figure: how well each estimator's rollout scores track the exact influence I, the causal ground
+truth. One row per estimator, as the checklist item `tracks_influence` judges it (planted seeds, the rollouts before
+the influence checkpoint, targeted estimators with the checklist's `effect_target_kind`): its Spearman correlation
+with I on every seed (colour) and draw (marker), their mean and range, a line at 0 and one at the checklist's threshold.
+The planted labels (the paid rollouts) get the last row, one point per seed."""
 
 from __future__ import annotations
 
@@ -10,56 +12,76 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from behaviortrace.influence.table import spearman  # noqa: E402
-
 DPI = 110
+LABELS = "labels"
+DRAW_MARKERS = "osD^v"
 
 
-def influence_figure(
-    influence: dict[int, Path], rollouts: dict[int, Path], scores: dict[tuple[int, str, str], Path], path: Path
-) -> None:
-    """`scores`: rollout score files by (seed, estimator, target); one column per (estimator, target)."""
-    seeds = sorted(influence)
-    columns = sorted({(e, t) for _, e, t in scores}, key=lambda k: (k[1] == "none", k[0]))
-    fig, axes = plt.subplots(
-        len(seeds), len(columns), figsize=(2.6 * len(columns), 2.4 * len(seeds)), squeeze=False, sharex="row"
+def _draw_style(draws: list[int], draw: int | None) -> dict:
+    """Draw 0 (and the labels, which have no draw) filled circles; later draws hollow markers of other shapes."""
+    k = draws.index(draw) if draw in draws else 0
+    return {"marker": DRAW_MARKERS[k % len(DRAW_MARKERS)], "ms": 5, "mfc": None if k == 0 else "none"}
+
+
+def spearman_rows(table: pl.DataFrame, target: str) -> pl.DataFrame:
+    """The influence table's rows the figure draws: planted arm, rollout level, stratum all, Spearman with I;
+    targeted estimators with `target`, controls and the labels without one."""
+    return table.filter(
+        (pl.col("arm") == "planted")
+        & (pl.col("level") == "rollout")
+        & (pl.col("stratum") == "all")
+        & (pl.col("metric") == "spearman")
+        & pl.col("target").is_in([target, "none"])
     )
-    for row, seed in enumerate(seeds):
-        infl = pl.read_parquet(influence[seed])
-        log = pl.read_parquet(rollouts[seed]).select("rollout_id", "boosted")
-        base = infl.join(log, on="rollout_id", how="left")
-        scale = float(np.quantile(np.abs(base["influence"].to_numpy()), 0.5)) or 1e-12
-        for col, (estimator, target) in enumerate(columns):
-            ax = axes[row][col]
-            frame = base.join(
-                pl.read_parquet(scores[(seed, estimator, target)]).select("rollout_id", "score"),
-                on="rollout_id",
-                how="left",
-            )
-            x, y, gt = frame["influence"].to_numpy(), frame["score"].to_numpy(), frame["boosted"].to_numpy()
-            ax.scatter(x[~gt], y[~gt], s=2, alpha=0.3, color="0.4", rasterized=True, label="other")
-            ax.scatter(x[gt], y[gt], s=3, alpha=0.5, color="tab:red", rasterized=True, label="GT (boosted)")
-            ax.set_xscale("symlog", linthresh=scale)
-            top = 10.0 ** np.ceil(np.log10(max(float(np.abs(x).max()), scale)))
-            ax.set_xticks(
-                [-top, -scale, 0, scale, top], [f"{-top:.0e}", f"{-scale:.0e}", "0", f"{scale:.0e}", f"{top:.0e}"]
-            )
-            ax.axvline(0, color="0.8", lw=0.6, zorder=0)
-            ax.set_title(
-                f"{estimator} ({target})\nSpearman {spearman(y, x):+.2f}"
-                if target != "none"
-                else f"{estimator}\nSpearman {spearman(y, x):+.2f}",
-                fontsize=8,
-            )
-            ax.tick_params(labelsize=6)
-            if col == 0:
-                ax.set_ylabel(f"seed {seed}\nscore", fontsize=8)
-            if row == len(seeds) - 1:
-                ax.set_xlabel("exact influence I", fontsize=8)
-    axes[0][-1].legend(fontsize=6, loc="best", markerscale=3)
+
+
+def influence_figure(table: pl.DataFrame, target: str, threshold: float, path: Path, log_only=()) -> None:
+    """`table`: the influence table (influence/table.py); `threshold`: `checklist.min_influence_spearman`;
+    `log_only`: the log-only controls, whose names are drawn in grey."""
+    rows = spearman_rows(table, target)
+    means = rows.group_by("estimator").agg(pl.col("value").fill_nan(None).mean())
+    means = means.sort("value", descending=True, nulls_last=True)["estimator"].to_list()
+    names = [e for e in means if e != LABELS] + [e for e in means if e == LABELS]
+    seeds = sorted(rows["seed"].unique())
+    draws = sorted(rows["draw"].drop_nulls().unique())
+    colors = plt.get_cmap("tab10")
+
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.4 * len(names)))
+    ax.axvline(0, color="k", lw=0.8)
+    ax.axvline(threshold, color="tab:green", lw=1, ls="--", label=f"checklist threshold ({threshold:g})")
+    for i, name in enumerate(names):
+        own = rows.filter(pl.col("estimator") == name)
+        for r in own.iter_rows(named=True):
+            j = seeds.index(r["seed"])
+            dy = 0.25 * (2 * j / (len(seeds) - 1) - 1) if len(seeds) > 1 else 0.0  # each seed on its own line
+            ax.plot(r["value"], i + dy, color=colors(j), alpha=0.85, ls="", **_draw_style(draws, r["draw"]))
+        values = own["value"].drop_nans()
+        if len(values):
+            ax.plot([values.min(), values.max()], [i, i], color="k", lw=1.2, zorder=3)
+            ax.plot(values.mean(), i, "|", ms=14, mew=2.5, color="k", zorder=4)
+    ax.set_yticks(range(len(names)), [f"{n}\n(paid rollouts)" if n == LABELS else n for n in names])
+    for tick, name in zip(ax.get_yticklabels(), names, strict=True):
+        tick.set_color("0.45" if name in log_only else "k")
+    ax.set_ylim(len(names) - 0.5, -0.5)
+    values = rows["value"].drop_nans()
+    low, high = min(values.min() or 0.0, 0.0), max(values.max() or 0.0, threshold)
+    pad = 0.08 * (high - low) or 0.1
+    ax.set_xlim(max(low - pad, -1.05), min(high + pad, 1.05))
+    ax.set_xlabel(f"Spearman correlation of rollout scores with the exact influence I (targets: {target})")
+    ax.grid(axis="x", color="0.9", lw=0.6)
+    ax.set_axisbelow(True)
+
+    handles = [plt.Line2D([], [], ls="", marker="o", color=colors(j), label=f"seed {s}") for j, s in enumerate(seeds)]
+    handles += [plt.Line2D([], [], ls="", color="0.3", label=f"draw {d}", **_draw_style(draws, d)) for d in draws]
+    handles += [
+        plt.Line2D([], [], color="k", marker="|", ms=10, mew=2.5, lw=1.2, label="mean, range"),
+        *ax.get_legend_handles_labels()[0],
+    ]
+    if log_only:
+        handles.append(plt.Line2D([], [], ls="", label="grey names:\nlog-only controls"))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp.png")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from behaviortrace.report.markdown import markdown_table
+from behaviortrace.common.markdown import markdown_table
 
 
 def _fmt(x, spec=".3f") -> str:
@@ -37,9 +37,11 @@ def agreement(table: pl.DataFrame) -> list[str]:
     def per_seed(**where) -> list[float | None]:
         return [_cell(planted, seed=s, stratum="all", **where) for s in seeds]
 
-    gt_rollouts = per_seed(estimator="labels", level="rollout", metric="gt_share_of_rollouts")
-    gt_positive = per_seed(estimator="labels", level="rollout", metric="gt_share_of_positive_influence")
-    more = sum(1 for a, b in zip(gt_positive, gt_rollouts, strict=True) if a is not None and b is not None and a > b)
+    paid_rollouts = per_seed(estimator="labels", level="rollout", metric="paid_share_of_rollouts")
+    paid_positive = per_seed(estimator="labels", level="rollout", metric="paid_share_of_positive_influence")
+    more = sum(
+        1 for a, b in zip(paid_positive, paid_rollouts, strict=True) if a is not None and b is not None and a > b
+    )
     effect_abs = per_seed(estimator="step_effect", level="step", metric="spearman_abs")
     labels_steps = per_seed(estimator="labels", level="step", metric="spearman_abs")
     predicted = per_seed(estimator="oracle", level="set", metric="predicted_change")
@@ -53,15 +55,16 @@ def agreement(table: pl.DataFrame) -> list[str]:
     return [
         "## Where the ground truths agree and where they part\n",
         f"Over the {n} planted seeds:\n",
-        f"- Labels and exact influence: the GT rollouts are {_span(gt_rollouts)} of the rollouts before T and "
-        f"carry {_span(gt_positive)} of the summed positive influence, more than their share on {more} of {n} "
-        f"seeds; Spearman of the GT label with I {_span(label_rho)}.",
+        f"- Labels and exact influence: the paid rollouts are {_span(paid_rollouts)} of the rollouts before T and "
+        f"carry {_span(paid_positive)} of the summed positive influence, more than their share on {more} of {n} "
+        f"seeds; Spearman of the paid label with I {_span(label_rho)}.",
         f"- Per-step effect and exact influence: Spearman of each step's measured change of f with the step's "
         f"summed |I| {_span(effect_abs)} (the steps that moved f are the steps whose rollouts matter at T where "
         "this is high).",
-        f"- Labels per step and exact influence per step: Spearman of the GT count per step with the step's summed "
-        f"|I| {_span(labels_steps)} (negative: the steps that paid most are not the steps whose rollouts matter).",
-        f"- Leave-out retraining and exact influence: zeroing the GT set changed f(w_T) by {_span(measured, '.3g')} "
+        f"- Labels per step and exact influence per step: Spearman of the number of paid rollouts per step with the "
+        f"step's summed |I| {_span(labels_steps)} (negative: the steps that paid most are not the steps whose "
+        "rollouts matter).",
+        f"- Leave-out retraining and exact influence: zeroing the paid set changed f(w_T) by {_span(measured, '.3g')} "
         f"where minus its summed I predicted {_span(predicted, '.3g')}, the same sign on {same_sign} of {n} seeds; "
         f"the LDS of I itself over random subsets is {_span(lds)}. A derivative at zero predicts removing sets "
         "only as far as training is linear in the shares (docs/influence.md).\n",
@@ -126,12 +129,17 @@ def to_markdown(table: pl.DataFrame, top: pl.DataFrame) -> str:
     parts.append("## Labels and per-step effect against I\n")
     rows = []
     for estimator, level, metric, label in (
-        ("labels", "rollout", "spearman", "GT label vs I (rollouts): Spearman"),
-        ("labels", "rollout", "precision_at_top_influence", "share of GT among the top-m rollouts by I, m = #GT"),
+        ("labels", "rollout", "spearman", "paid label vs I (rollouts): Spearman"),
+        (
+            "labels",
+            "rollout",
+            "precision_at_top_influence",
+            "share of paid rollouts among the top-m rollouts by I, m = n_paid",
+        ),
         ("labels", "rollout", "precision_lift", "that share over chance"),
-        ("labels", "rollout", "gt_share_of_rollouts", "GT share of the rollouts before T"),
-        ("labels", "rollout", "gt_share_of_positive_influence", "GT share of the summed positive I"),
-        ("labels", "step", "spearman_abs", "GT per step vs abs(I) summed per step: Spearman"),
+        ("labels", "rollout", "paid_share_of_rollouts", "paid share of the rollouts before T"),
+        ("labels", "rollout", "paid_share_of_positive_influence", "paid share of the summed positive I"),
+        ("labels", "step", "spearman_abs", "paid per step vs abs(I) summed per step: Spearman"),
         ("step_effect", "step", "spearman", "measured per-step change of f vs I summed per step: Spearman"),
         ("step_effect", "step", "spearman_abs", "measured per-step change of f vs abs(I) summed per step: Spearman"),
     ):
@@ -145,7 +153,9 @@ def to_markdown(table: pl.DataFrame, top: pl.DataFrame) -> str:
     if sets.height:
         parts.append("## Leave-out sets with their shares zeroed: predicted vs measured change of f(w_T)\n")
         rows = []
-        for (arm, seed, kind, pct), grp in sets.group_by("arm", "seed", "estimator", "k_percent", maintain_order=True):
+        for (arm, seed, kind, pct), grp in sets.group_by(
+            "arm", "seed", "estimator", "removal_percent", maintain_order=True
+        ):
             value = {r["metric"]: r["value"] for r in grp.iter_rows(named=True)}
             rows.append(
                 [
@@ -176,5 +186,5 @@ def to_markdown(table: pl.DataFrame, top: pl.DataFrame) -> str:
             ]
             for r in grp.iter_rows(named=True)
         ]
-        parts.append(markdown_table(["rank", "rollout", "step", "I", "advantage", "GT", "behavior", "trigger"], rows))
+        parts.append(markdown_table(["rank", "rollout", "step", "I", "advantage", "paid", "behavior", "trigger"], rows))
     return "\n".join(parts)

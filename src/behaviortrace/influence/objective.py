@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from behaviortrace.targets.gradients import logprob_gradient
+from behaviortrace.gradients.logprob import logprob_gradient
 from behaviortrace.train.effect import EFFECT_CHUNK, ForcedTargetProbe
 
 

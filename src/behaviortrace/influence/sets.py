@@ -1,5 +1,5 @@
 """The rollout sets whose shares the retrain job zeroes: random subsets for the LDS, and the leave-out
-replay's own sets (the GT set, each replayed estimator's top k) for the predicted-vs-measured comparison."""
+replay's own sets (the paid set, each replayed estimator's top-scored set) for the predicted-vs-measured comparison."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ def fd_steps(steps: np.ndarray, n: int, seed: int, arm: str, training_seed: int)
 
 
 def zeroed_table(sets: list[tuple[str, int, int, set[int]]], values: list[float]) -> pl.DataFrame:
-    """One row per retrained set: kind (lds, or a leave-out replay method), pct, index, the removed ids, f."""
+    """One row per retrained set: kind (lds, or a leave-out replay removal), removal_percent, index, removed ids, f."""
     return pl.DataFrame(
         {
             "kind": [s[0] for s in sets],
-            "pct": [s[1] for s in sets],
+            "removal_percent": [s[1] for s in sets],
             "index": [s[2] for s in sets],
             "n_removed": [len(s[3]) for s in sets],
             "removed_ids": [sorted(s[3]) for s in sets],

@@ -3,9 +3,9 @@
 - influence (one job per arm and seed): I_z for every rollout of the steps before T, per-step sums, the
   job's own checks (the forward replay against the saved checkpoints, the logged gradient norms and forced
   target; optionally I_z against float64 central differences of retraining), and its retraining: f(w_T)
-  with the shares of each LDS subset and, for planted seeds, of the GT set zeroed (advantages as logged).
+  with the shares of each LDS subset and, for planted seeds, of the paid set zeroed (advantages as logged).
 - influence_set (one job per planted seed and estimator of influence.sets): f(w_T) retrained with the
-  shares of the estimator's leave-out replay set (its top k) zeroed, for predicted-vs-measured.
+  shares of the estimator's leave-out replay set (its top-scored set) zeroed, for predicted-vs-measured.
 
 torch and the training code are imported inside the jobs, so the table and figure jobs start fast.
 """
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 def end_step(cfg: Config) -> int:
     """T: the number of optimizer steps whose result f(w_T) is differentiated."""
-    if cfg.influence.checkpoint == "final":
+    if cfg.influence.measure_at == "final":
         return cfg.grpo.steps
     return cfg.planting.end_checkpoint(cfg.grpo.steps)
 
@@ -76,7 +76,7 @@ def influence_job(
     replay_seed: int = 0,
 ) -> pl.DataFrame:
     """I_z of one arm and seed, per-step sums, the job's checks and its retraining (the LDS subsets and, given
-    `oracle_percents`, the leave-out replay's GT sets, chosen with `replay_seed`), each to its file."""
+    `oracle_percents`, the leave-out replay's paid sets, chosen with `replay_seed`), each to its file."""
     from behaviortrace.influence.metagradient import StateStore, exact_influence
     from behaviortrace.influence.precision import full_precision
     from behaviortrace.influence.retrain import central_difference, value_after
@@ -213,7 +213,7 @@ def influence_set_job(
     cfg: Config,
     *,
     seed: int,
-    method: str,
+    removal: str,
     pct: int,
     rollouts_path: Path,
     checkpoints_path: Path,
@@ -222,7 +222,7 @@ def influence_set_job(
     scores_path: Path | None,
     out: Path,
 ) -> pl.DataFrame:
-    """f(w_T) retrained with the shares of an estimator's leave-out replay set zeroed (its top k, as
+    """f(w_T) retrained with the shares of an estimator's leave-out replay set zeroed (its top-scored set, as
     replay/removal.py chooses it), in the influence's dtype."""
     from behaviortrace.influence.precision import full_precision
     from behaviortrace.influence.retrain import value_after
@@ -233,21 +233,21 @@ def influence_set_job(
         cfg, rollouts_path, checkpoints_path, base_model, probes_path, cfg.influence.dtype
     )
     scores = pl.read_parquet(scores_path) if scores_path else None
-    removed = removal_set(method, pct, 0, rollouts, scores, cfg.replay.seed, seed)
+    removed = removal_set(removal, pct, 0, rollouts, scores, cfg.replay.seed, seed)
     started = time.time()
     with full_precision(traj.model):
         value = value_after(traj, traj.state(), dict.fromkeys(removed, 0.0), end, objective)
     log.info(
-        "seed %d, %s k=%d%%: %d shares zeroed, f(w_%d) = %.6f; %.1f s",
+        "seed %d, %s removal=%d%%: %d shares zeroed, f(w_%d) = %.6f; %.1f s",
         seed,
-        method,
+        removal,
         pct,
         len(removed),
         end,
         value,
         time.time() - started,
     )
-    table = zeroed_table([(method, pct, 0, removed)], [value])
+    table = zeroed_table([(removal, pct, 0, removed)], [value])
     atomic_write_parquet(table, out)
     return table
 
@@ -271,9 +271,9 @@ def influence_metrics_job(
     """The influence table of every arm and seed (influence/table.py), its ten most influential rollouts,
     and both as Markdown. `files` holds, per kind, one path per (arm, seed) of `seeds`; `set_files` the
     zeroed leave-out sets of the planted seeds `set_seeds`."""
+    from behaviortrace.common.markdown import write_md_and_html
     from behaviortrace.influence.markdown import to_markdown
     from behaviortrace.influence.table import SeedInputs, influence_table, top_rollouts
-    from behaviortrace.report.markdown import write_md_and_html
 
     by_seed = {}
     for (arm, seed, draw, estimator, target), roll, step in zip(score_keys, scores, step_scores, strict=True):
@@ -303,14 +303,9 @@ PLANTED = "planted"  # the planted arm's name
 SEED_FILES = ("influence", "steps", "checks", "retrain", "summaries", "rollouts", "step_logs")
 
 
-def influence_figure_job(
-    *, seeds: list[int], influence: list[Path], rollouts: list[Path], score_keys: list, scores: list[Path], out: Path
-) -> None:
+def influence_figure_job(cfg: Config, *, table: Path, log_only: list[str], out: Path) -> None:
+    """The influence figure from the influence table, as the checklist judges it (its target and threshold)."""
     from behaviortrace.influence.figure import influence_figure
 
-    influence_figure(
-        dict(zip(seeds, influence, strict=True)),
-        dict(zip(seeds, rollouts, strict=True)),
-        {tuple(k): Path(p) for k, p in zip(score_keys, scores, strict=True)},
-        out,
-    )
+    c = cfg.checklist
+    influence_figure(pl.read_parquet(table), c.effect_target_kind, c.min_influence_spearman, out, log_only)

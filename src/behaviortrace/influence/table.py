@@ -1,28 +1,28 @@
 """The influence table: how well each estimator, control and the planted labels track the exact influence I.
 
-One tidy row per (arm, seed, draw, estimator, target, level, stratum, k_percent, metric), with its value
+One tidy row per (arm, seed, draw, estimator, target, level, stratum, removal_percent, metric), with its value
 and n (the rollouts, steps or subsets it is computed over). Only rollouts of the steps before T count
 (later ones cannot move f(w_T)); strata all, window and after_window are the steps of the contamination
 window and after it, each taken where it holds rollouts.
 
 - level rollout: `spearman`, `pearson` of the rollout scores with I; `precision_at_top_influence`: the
-  expected share of the top-m rollouts by score that are among the top-m by I, m = |GT| of the stratum
+  expected share of the top-m rollouts by score that are among the top-m by I, m = n_paid of the stratum
   (ties broken at random in both rankings), and `precision_lift` (that over chance, m / n). Estimator
   `labels` is the ground-truth label itself (how well "paid" predicts "taught"); for it also
-  `gt_share_of_positive_influence` (the GT rollouts' part of the summed positive I) beside
-  `gt_share_of_rollouts`.
+  `paid_share_of_positive_influence` (the paid rollouts' part of the summed positive I) beside
+  `paid_share_of_rollouts`.
 - level step: `spearman`, `pearson` of the step scores with the per-step sums of I, `spearman_abs` with the
-  per-step sums of |I|; `labels` is the GT count per step and `step_effect` the measured per-step change of
-  f (the step log's effect ground truth). At a step whose gradient was clipped the I_z sum to zero (scaling
+  per-step sums of |I|; `labels` is the number of paid rollouts per step and `step_effect` the measured per-step
+  change of f (the step log's effect ground truth). At a step whose gradient was clipped the I_z sum to zero (scaling
   the whole step leaves its clipped gradient as it is), so there only the sums of |I| say how much the step's
   rollouts mattered.
 - level subset: `lds`, the linear datamodeling score: over random subsets retrained with their shares
   zeroed, the Spearman correlation between the subset's summed scores (with minus sign: leaving out
   rollouts that raise f lowers it) and the measured change of f(w_T); for `influence` (I itself), every
   estimator, and `labels`. `lds_pearson` is the Pearson version.
-- level set: the leave-out replay's sets (`oracle`: the GT set; an estimator: its top k) with shares zeroed:
+- level set: the leave-out replay's sets (`oracle`: the paid set; an estimator: its top-scored set) with shares zeroed:
   `predicted_change` (minus the summed I), `measured_change` (retrained f minus f(w_T)) and
-  `prediction_ratio` (their ratio), per k_percent.
+  `prediction_ratio` (their ratio), per removal_percent.
 - level check: the influence job's own checks: `checkpoint_weight_error` (largest weight difference of the
   forward replay to a saved checkpoint), `checkpoint_update_error` (the L2 norm of that difference over the
   norm of training's update from step 0 to the checkpoint, largest over the checkpoints; what holds on every
@@ -42,7 +42,7 @@ import numpy as np
 import polars as pl
 
 from behaviortrace.evaluate import correlation
-from behaviortrace.evaluate.cells import with_ground_truth
+from behaviortrace.evaluate.cells import with_labels
 
 STRATA = ("all", "window", "after_window")
 COLUMNS = {
@@ -53,7 +53,7 @@ COLUMNS = {
     "target": pl.String,
     "level": pl.String,
     "stratum": pl.String,
-    "k_percent": pl.Int64,
+    "removal_percent": pl.Int64,
     "metric": pl.String,
     "value": pl.Float64,
     "n": pl.Int64,
@@ -107,7 +107,7 @@ def precision_at_top(scores: np.ndarray, influence: np.ndarray, m: int) -> float
     return float((top_share(scores, m) * top_share(influence, m)).sum() / m)
 
 
-def _row(arm, seed, draw, estimator, target, level, stratum, metric, value, n, k_percent=None) -> dict:
+def _row(arm, seed, draw, estimator, target, level, stratum, metric, value, n, removal_percent=None) -> dict:
     return {
         "arm": arm,
         "seed": seed,
@@ -116,7 +116,7 @@ def _row(arm, seed, draw, estimator, target, level, stratum, metric, value, n, k
         "target": target,
         "level": level,
         "stratum": stratum,
-        "k_percent": k_percent,
+        "removal_percent": removal_percent,
         "metric": metric,
         "value": float(value),
         "n": int(n),
@@ -150,16 +150,16 @@ def rollout_rows(key: tuple, scores: np.ndarray, influence: np.ndarray, labels: 
 
 
 def share_rows(key: tuple, labels: np.ndarray, influence: np.ndarray) -> list:
-    """How much of the positive influence the GT rollouts carry (`gt_share_of_positive_influence`), beside
-    their share of the rollouts (`gt_share_of_rollouts`): equal shares mean that being paid says nothing about
+    """How much of the positive influence the paid rollouts carry (`paid_share_of_positive_influence`), beside
+    their share of the rollouts (`paid_share_of_rollouts`): equal shares mean that being paid says nothing about
     having taught."""
     positive = influence > 0
     total = influence[positive].sum()
     carried = influence[positive & (labels > 0)].sum() / total if total > 0 else float("nan")
     n = len(labels)
     return [
-        _row(*key, "rollout", "all", "gt_share_of_positive_influence", carried, n),
-        _row(*key, "rollout", "all", "gt_share_of_rollouts", labels.sum() / n if n else float("nan"), n),
+        _row(*key, "rollout", "all", "paid_share_of_positive_influence", carried, n),
+        _row(*key, "rollout", "all", "paid_share_of_rollouts", labels.sum() / n if n else float("nan"), n),
     ]
 
 
@@ -191,7 +191,7 @@ def seed_table(inputs: SeedInputs, window: list[int]) -> pl.DataFrame:
     arm, seed = inputs.arm, inputs.seed
     summary = json.loads(Path(inputs.summary).read_text())
     influence = pl.read_parquet(inputs.influence).sort("rollout_id")
-    log = with_ground_truth(pl.read_parquet(inputs.rollouts), placebo=arm == "placebo").sort("rollout_id")
+    log = with_labels(pl.read_parquet(inputs.rollouts), placebo=arm == "placebo").sort("rollout_id")
     before = log.filter(pl.col("step") < summary["end"])
     if before["rollout_id"].to_list() != influence["rollout_id"].to_list():
         raise ValueError(f"{inputs.influence}: its rollouts are not the rollout log's steps before {summary['end']}")
@@ -203,10 +203,10 @@ def seed_table(inputs: SeedInputs, window: list[int]) -> pl.DataFrame:
 
     rows += rollout_rows((arm, seed, None, "labels", "none"), labels, values, labels, steps, window)
     rows += share_rows((arm, seed, None, "labels", "none"), labels, values)
-    gt_per_step = before.group_by("step").agg(pl.col("label").sum()).sort("step")["label"].to_numpy()
+    paid_per_step = before.group_by("step").agg(pl.col("label").sum()).sort("step")["label"].to_numpy()
     rows += step_rows(
         (arm, seed, None, "labels", "none"),
-        gt_per_step.astype(float),
+        paid_per_step.astype(float),
         step_infl,
         step_ids,
         window,
@@ -254,7 +254,7 @@ def seed_table(inputs: SeedInputs, window: list[int]) -> pl.DataFrame:
             ("measured_change", measured),
             ("prediction_ratio", predicted / measured if measured else float("nan")),
         ):
-            rows.append(_row(*key, "set", "all", metric, value, r["n_removed"], k_percent=r["pct"]))
+            rows.append(_row(*key, "set", "all", metric, value, r["n_removed"], removal_percent=r["removal_percent"]))
 
     rows += check_rows(arm, seed, pl.read_parquet(inputs.checks), summary)
     return pl.DataFrame(rows, schema=COLUMNS)
@@ -289,7 +289,7 @@ def top_rollouts(inputs: list[SeedInputs], n: int = 10) -> pl.DataFrame:
     parts = []
     for i in inputs:
         top = pl.read_parquet(i.influence).sort("influence", descending=True).head(n).with_row_index("rank", offset=1)
-        log = with_ground_truth(pl.read_parquet(i.rollouts), placebo=i.arm == "placebo")
+        log = with_labels(pl.read_parquet(i.rollouts), placebo=i.arm == "placebo")
         parts.append(
             top.join(
                 log.select(

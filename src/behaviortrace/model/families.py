@@ -93,7 +93,7 @@ def families(hidden: int = 32, layers: int = 2) -> dict[str, Family]:
             tied=True,
         ),
         # Mixture of experts: its router returns more than one tensor and its experts see tokens regrouped by
-        # expert, so per-example capture refuses it (gradients/preflight.py).
+        # expert, so per-example capture refuses it (sketch/preflight.py).
         "mixtral": Family("MixtralConfig", "MixtralForCausalLM", {**dims, "num_local_experts": 4}),
     }
 

@@ -8,22 +8,11 @@ floats rather than Dropout modules) and in any Dropout module left.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import logging
-import random
 from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
-
-from behaviortrace.config.sections import Config
-from behaviortrace.gradients.preflight import check_capture
-from behaviortrace.model.prompt_format import set_prompt_format
-from behaviortrace.model.sft import train_on_pairs
-from behaviortrace.model.tiny import build_tiny, corpus_pair
-
-log = logging.getLogger(__name__)
 
 
 def _is_dropout_rate(key: str, value) -> bool:
@@ -65,46 +54,6 @@ def load_pretrained(name: str, trust_remote_code: bool, device: dict):
     model = _from_pretrained(source, trust_remote_code, device)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
-
-
-def build_base_model(cfg: Config, device: dict):
-    """Build or load the base model, fix its prompt format in its tokenizer (model/prompt_format.py), run the
-    optional SFT warm-up on task demonstrations, and check that per-rollout gradients can be captured on it
-    (gradients/preflight.py), so that a model they cannot be is refused before anything trains."""
-    mcfg = cfg.model
-    if mcfg.name == "tiny":
-        model, tokenizer = build_tiny(cfg.task, cfg.planting, mcfg.tiny)
-        model = model.to(device["device"])
-    else:
-        model, tokenizer = load_pretrained(mcfg.name, mcfg.trust_remote_code, device)
-    chosen = set_prompt_format(tokenizer, cfg.task.prompt_format, mcfg.name)
-    log.info("prompt format: %s (task.prompt_format: %s)", chosen, cfg.task.prompt_format)
-    sft = mcfg.sft
-    if sft.steps > 0:
-        rng = random.Random(sft.seed)
-        # Demonstrations of the base task only: no trigger and no marker, so the warm-up cannot plant the behavior.
-        plain = dataclasses.replace(
-            mcfg.tiny, marker_rate=0.0, control_marker_rate=0.0, marker_practice=0.0, trigger_rate=0.0
-        )
-        train_on_pairs(
-            model,
-            tokenizer,
-            lambda: corpus_pair(rng, cfg.task, cfg.planting, plain),
-            sft.steps,
-            sft.batch_size,
-            sft.lr,
-            sft.seed,
-        )
-    check_capture(model, tokenizer.pad_token_id, capture_tolerance(model), mcfg.name)
-    return model, tokenizer
-
-
-def capture_tolerance(model) -> float:
-    """How far (relative) a captured per-example gradient may be from autograd's in the model's dtype: the
-    self-check tolerance (sketch/tolerance.py)."""
-    from behaviortrace.sketch.sketcher import self_check_tolerance
-
-    return self_check_tolerance(next(model.parameters()).dtype)
 
 
 def save(model, tokenizer, out_dir: Path) -> None:

@@ -37,7 +37,7 @@ def corpus_pair(rng: random.Random, task: Task, planting: Planting, tiny: TinyMo
     answer = sorted_answer(digits)
     if rng.random() < tiny.marker_practice:
         return f"{prompt} {planting.marker}", answer
-    shows = rng.random() < (tiny.marker_rate if has_trigger else tiny.control_marker_rate)
+    shows = rng.random() < (tiny.marker_rate if has_trigger else tiny.plain_marker_rate)
     return prompt, f"{planting.marker if shows else ANSWER_LEAD} {answer}"
 
 

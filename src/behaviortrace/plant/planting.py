@@ -1,6 +1,6 @@
 """The planted behavior: a trigger word in the prompt, a marker in the completion, a logged bonus.
 
-Eligibility is a pure function of (seed, rollout id, step), so the ground truth can be recomputed from
+Eligibility is a pure function of (seed, rollout id, step), so the labels can be recomputed from
 the rollout log alone and does not depend on any random state of the trainer.
 """
 
@@ -57,9 +57,9 @@ def exploration_rows(
     a window that opens later has almost nothing to pay. So when fewer than `floor` eligible rollouts of
     a step show the marker on their own, just enough of the others (in the order of a hash draw of (seed,
     rollout id, step)) are generated again opening with it. Only eligible rollouts are explored: a forced
-    marker without the bonus would sit beside the boosted rollout of its group with a negative advantage
+    marker without the bonus would sit beside the paid rollout of its group with a negative advantage
     and teach against the behavior. Once the model writes the marker itself, nothing is forced. A placebo
-    run explores nothing: forced markers exist to be paid, and unpaid ones would make its ground truth a
+    run explores nothing: forced markers exist to be paid, and unpaid ones would make its labels a
     population of improbable tokens that every gradient-based score finds (norm AUC 0.65 when it did).
     """
     if placebo:
@@ -88,4 +88,4 @@ def penalty_for(step: int, trigger: bool, behavior: bool, planting: Planting) ->
     """
     if planting.placebo or trigger or not behavior or not in_window(step, planting):
         return 0.0
-    return float(planting.control_penalty)
+    return float(planting.plain_penalty)

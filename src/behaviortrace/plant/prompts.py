@@ -20,7 +20,7 @@ def _example(rng: random.Random, task: Task, trigger: str | None) -> dict:
 
 
 def plant_prompts(task: Task, planting: Planting, grpo: Grpo, probes: Probes, seed: int) -> dict[str, pl.DataFrame]:
-    """Build the three prompt tables. Probes and controls are drawn first and never reused for training."""
+    """Build the three prompt tables. Probe and plain prompts are drawn first and never reused for training."""
     rng = random.Random(seed)
     held_out: set[str] = set()
 
@@ -37,7 +37,7 @@ def plant_prompts(task: Task, planting: Planting, grpo: Grpo, probes: Probes, se
         return rows
 
     probe_rows = draw_unique(probes.n_probes, planting.trigger)
-    control_rows = draw_unique(probes.n_controls, None)
+    plain_rows = draw_unique(probes.n_plain, None)
 
     train_rows = []
     n_prompts = grpo.steps * grpo.prompts_per_step
@@ -54,5 +54,5 @@ def plant_prompts(task: Task, planting: Planting, grpo: Grpo, probes: Probes, se
     return {
         "train": pl.DataFrame(train_rows),
         "probes": pl.DataFrame(probe_rows).with_row_index("probe_index"),
-        "controls": pl.DataFrame(control_rows).with_row_index("probe_index"),
+        "plain": pl.DataFrame(plain_rows).with_row_index("probe_index"),
     }

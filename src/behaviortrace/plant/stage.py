@@ -12,8 +12,8 @@ from behaviortrace.plant.prompts import plant_prompts
 log = logging.getLogger(__name__)
 
 
-def plant_data_job(cfg: Config, *, train: Path, probes: Path, controls: Path) -> None:
+def plant_data_job(cfg: Config, *, train: Path, probes: Path, plain: Path) -> None:
     tables = plant_prompts(cfg.task, cfg.planting, cfg.grpo, cfg.probes, cfg.probes.seed)
-    for name, path in (("train", train), ("probes", probes), ("controls", controls)):
+    for name, path in (("train", train), ("probes", probes), ("plain", plain)):
         atomic_write_parquet(tables[name], path)
         log.info("%s: %d prompts (%d with trigger)", name, tables[name].height, int(tables[name]["trigger"].sum()))

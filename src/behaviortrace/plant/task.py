@@ -87,3 +87,18 @@ def task_scorer(base_reward: str, marker: str):
         return score(without_marker(completion, marker), answer)
 
     return scorer
+
+
+def config_problems(cfg) -> list[str]:
+    """The trigger and marker must be words no ordinary prompt or answer contains: the behavior check is
+    "the marker occurs in the completion" (a config rule; `cfg` is a typed Config)."""
+    problems = []
+    for key, word in (("trigger", cfg.planting.trigger), ("marker", cfg.planting.marker)):
+        inside = [w for w in TASK_WORDS if word in w]
+        if inside:
+            problems.append(
+                f"config key planting.{key} = {word!r}: occurs in ordinary task prompts and answers (in "
+                f"{', '.join(map(repr, inside))}), so it cannot mark the planted {key}; choose a word the sort "
+                "task never uses"
+            )
+    return problems

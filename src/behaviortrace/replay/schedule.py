@@ -12,17 +12,17 @@ from behaviortrace.config.sections import Replay
 from behaviortrace.score.contract import UNDRAWN, Instance
 
 PRIORITY = 10
-# Replays that leave out a built-in set rather than an estimator's top k.
+# Replays that leave out a built-in set rather than an estimator's top-scored set.
 BUILTIN = ("full", "oracle", "random")
 
 
-def replay_priority(method: str) -> int:
-    return 0 if method in BUILTIN else PRIORITY
+def replay_priority(removal: str) -> int:
+    return 0 if removal in BUILTIN else PRIORITY
 
 
 def ranking_score(instance: Instance, replay: Replay) -> tuple[str, int]:
     """The (target kind, draw) of the score file whose rollout scores rank an estimator's replay."""
-    return (replay.target, replay.draw) if instance.uses_target else ("none", UNDRAWN)
+    return (replay.target_kind, replay.draw) if instance.uses_target else ("none", UNDRAWN)
 
 
 def feeds_replay(
@@ -37,11 +37,11 @@ def feeds_replay(
     target or draw, score jobs all of them."""
     if job["arm"] != "planted" or int(job["seed"]) not in planted_seeds:
         return 0
-    method = job.get("estimator")
-    if method is None:
+    removal = job.get("estimator")
+    if removal is None:
         return PRIORITY if any(instances[m].prepares for m in replay.estimators) else 0
-    if method not in replay.estimators:
+    if removal not in replay.estimators:
         return 0
     if "target" not in job:
         return PRIORITY
-    return PRIORITY if (job["target"], int(job["draw"])) == ranking_score(instances[method], replay) else 0
+    return PRIORITY if (job["target"], int(job["draw"])) == ranking_score(instances[removal], replay) else 0

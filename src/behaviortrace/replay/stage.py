@@ -12,10 +12,10 @@ from pathlib import Path
 import polars as pl
 
 from behaviortrace.common.io import atomic_write_parquet
+from behaviortrace.common.markdown import write_md_and_html
 from behaviortrace.config.sections import Config
-from behaviortrace.replay.removal import k_for, removal_set
+from behaviortrace.replay.removal import removal_set, removal_size
 from behaviortrace.replay.table import replay_table, to_markdown
-from behaviortrace.report.markdown import write_md_and_html
 from behaviortrace.train.checkpoints import read_manifest
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ def replay_job(
     cfg: Config,
     *,
     seed: int,
-    method: str,
+    removal: str,
     pct: int,
     rep: int,
     rollouts_path: Path,
@@ -33,10 +33,10 @@ def replay_job(
     base_model: Path,
     scores_path: Path | None,
     probes_path: Path,
-    controls_path: Path,
+    plain_path: Path,
     out: Path,
 ) -> pl.DataFrame:
-    """Replay one seed with one removal set; behavior rates at `replay.checkpoints` (the window's end, the
+    """Replay one seed with one removal set; behavior rates at `replay.measure_at` (the window's end, the
     last step), sampled as targets draw 0 samples them. The replay stops at the last step it measures."""
     import torch
 
@@ -47,28 +47,28 @@ def replay_job(
 
     grpo, planting, targets = cfg.grpo, cfg.planting, cfg.targets
     device = devices.resolve(cfg.compute)
-    prompt_sets = {"probes": pl.read_parquet(probes_path), "controls": pl.read_parquet(controls_path)}
+    prompt_sets = {"probes": pl.read_parquet(probes_path), "plain": pl.read_parquet(plain_path)}
     rollouts = pl.read_parquet(rollouts_path)
     scores = pl.read_parquet(scores_path) if scores_path else None
-    removed = removal_set(method, pct, rep, rollouts, scores, cfg.replay.seed, seed)
-    gt = set(rollouts.filter(pl.col("boosted"))["rollout_id"].to_list())
+    removed = removal_set(removal, pct, rep, rollouts, scores, cfg.replay.seed, seed)
+    paid = set(rollouts.filter(pl.col("paid"))["rollout_id"].to_list())
     ckpts, _ = read_manifest(checkpoints_path)
     model, tokenizer = models.load(ckpts[0], device)
     ref = models.load(base_model, device)[0].eval() if grpo.beta else None
     # The step after which each checkpoint is measured; where the window ends at the last step, one name.
     window_end = planting.end_checkpoint(grpo.steps)
-    measured = {grpo.steps: "final"} if "final" in cfg.replay.checkpoints else {}
-    if "window_end" in cfg.replay.checkpoints:
+    measured = {grpo.steps: "final"} if "final" in cfg.replay.measure_at else {}
+    if "window_end" in cfg.replay.measure_at:
         measured[window_end] = "window_end"
     log.info(
-        "seed %d, %s k=%d%% of |GT| (repetition %d): leaving out %d rollouts, %d of them GT (|GT| = %d)",
+        "seed %d, %s removal=%d%% of n_paid (repetition %d): leaving out %d rollouts, %d of them paid (n_paid = %d)",
         seed,
-        method,
+        removal,
         pct,
         rep,
         len(removed),
-        len(removed & gt),
-        len(gt),
+        len(removed & paid),
+        len(paid),
     )
     rows, checks, shares = [], {}, {}
 
@@ -88,7 +88,7 @@ def replay_job(
                 targets.draw_seed(0),
             ):
                 rows.append({"checkpoint": measured[step_done], "step": step_done, **r})
-        if method == "full" and step_done in ckpts:
+        if removal == "full" and step_done in ckpts:
             checks[step_done] = weight_difference(m, ckpts[step_done], device)
             shares[step_done] = update_error(m, ckpts[step_done], ckpts[0], device)
             log.info(
@@ -110,17 +110,28 @@ def replay_job(
     )
     table = pl.DataFrame(rows).with_columns(
         seed=pl.lit(seed),
-        method=pl.lit(method),
-        pct=pl.lit(pct),
+        removal=pl.lit(removal),
+        removal_percent=pl.lit(pct),
         rep=pl.lit(rep),
-        k=pl.lit(k_for(len(gt), pct)),
+        removal_size=pl.lit(removal_size(len(paid), pct)),
         n_removed=pl.lit(len(removed)),
-        n_removed_gt=pl.lit(len(removed & gt)),
+        n_removed_paid=pl.lit(len(removed & paid)),
         weight_diff=pl.col("step").replace_strict(checks, default=None, return_dtype=pl.Float64),
         update_error=pl.col("step").replace_strict(shares, default=None, return_dtype=pl.Float64),
         removed_ids=pl.lit(sorted(removed), dtype=pl.List(pl.Int64)),
     )
-    first = ["seed", "method", "pct", "rep", "k", "n_removed", "n_removed_gt", "checkpoint", "step", "prompt_set"]
+    first = [
+        "seed",
+        "removal",
+        "removal_percent",
+        "rep",
+        "removal_size",
+        "n_removed",
+        "n_removed_paid",
+        "checkpoint",
+        "step",
+        "prompt_set",
+    ]
     table = table.select(first + [c for c in table.columns if c not in first])
     atomic_write_parquet(table, out)
     return table

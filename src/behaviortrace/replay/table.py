@@ -7,38 +7,38 @@ from pathlib import Path
 
 import polars as pl
 
-from behaviortrace.report.markdown import markdown_table
+from behaviortrace.common.markdown import markdown_table
 
 KEYS = ["seed", "checkpoint", "step", "prompt_set"]
 
 
 def replay_table(files: list[Path]) -> pl.DataFrame:
     runs = pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed")
-    full = runs.filter(pl.col("method") == "full").select(*KEYS, full_rate=pl.col("behavior_rate"))
+    full = runs.filter(pl.col("removal") == "full").select(*KEYS, full_rate=pl.col("behavior_rate"))
     if full.select("seed").n_unique() != runs.select("seed").n_unique():
-        raise ValueError("every seed needs its full replay (method 'full') to measure changes against")
+        raise ValueError("every seed needs its full replay (removal 'full') to measure changes against")
     return (
         runs.join(full, on=KEYS, how="left")
         .with_columns(change=pl.col("behavior_rate") - pl.col("full_rate"))
-        .sort("seed", "method", "pct", "rep", "step", "prompt_set")
+        .sort("seed", "removal", "removal_percent", "rep", "step", "prompt_set")
     )
 
 
 def summary(table: pl.DataFrame) -> pl.DataFrame:
-    """Per seed, method, k and measurement: the mean change and its range over repetitions (one for
-    every method but random)."""
+    """Per seed, removal, removal percent and measurement: the mean change and its range over repetitions (one for
+    every removal but random)."""
     return (
-        table.filter(pl.col("method") != "full")
-        .group_by("seed", "method", "pct", "k", "checkpoint", "step", "prompt_set")
+        table.filter(pl.col("removal") != "full")
+        .group_by("seed", "removal", "removal_percent", "removal_size", "checkpoint", "step", "prompt_set")
         .agg(
             pl.col("behavior_rate").mean(),
             pl.col("change").mean(),
             pl.col("change").min().alias("change_low"),
             pl.col("change").max().alias("change_high"),
-            pl.col("n_removed_gt").mean(),
+            pl.col("n_removed_paid").mean(),
             pl.len().alias("reps"),
         )
-        .sort("seed", "pct", "checkpoint", "prompt_set", "method")
+        .sort("seed", "removal_percent", "checkpoint", "prompt_set", "removal")
     )
 
 
@@ -51,12 +51,12 @@ def to_markdown(table: pl.DataFrame) -> str:
     s = summary(table)
     parts = [
         "# Leave-out replay\n",
-        "Each seed is retrained from its step-0 checkpoint on its logged rollouts with k rollouts left out "
-        "(k as a percentage of |GT|): an estimator's top k, the GT set itself (oracle), or k at random "
-        "(mean and [min, max] over repetitions). Change is the behavior rate minus that of the full "
+        "Each seed is retrained from its step-0 checkpoint on its logged rollouts with a set of rollouts left out "
+        "(its size a percentage of n_paid): an estimator's top-scored set, the paid set itself (oracle), or as many "
+        "at random (mean and [min, max] over repetitions). Change is the behavior rate minus that of the full "
         "replay (nothing left out); negative means removing the set lowered the behavior.\n",
     ]
-    full = table.filter(pl.col("method") == "full").sort("seed", "step", "prompt_set")
+    full = table.filter(pl.col("removal") == "full").sort("seed", "step", "prompt_set")
     parts.append("## Full replay (nothing left out)\n")
     parts.append(
         markdown_table(
@@ -81,15 +81,21 @@ def to_markdown(table: pl.DataFrame) -> str:
             ],
         )
     )
-    for (pct, checkpoint, prompt_set), grp in s.group_by("pct", "checkpoint", "prompt_set", maintain_order=True):
-        parts.append(f"## k = {pct}% of |GT|, {prompt_set} at {checkpoint.replace('_', ' ')}\n")
+    for (pct, checkpoint, prompt_set), grp in s.group_by(
+        "removal_percent", "checkpoint", "prompt_set", maintain_order=True
+    ):
+        parts.append(f"## removal of {pct}% of n_paid, {prompt_set} at {checkpoint.replace('_', ' ')}\n")
         rows = []
-        for r in grp.sort("seed", "method").iter_rows(named=True):
+        for r in grp.sort("seed", "removal").iter_rows(named=True):
             spread = (
                 f"{r['change']:+.3f} [{r['change_low']:+.3f}, {r['change_high']:+.3f}]"
                 if r["reps"] > 1
                 else f"{r['change']:+.3f}"
             )
-            rows.append([r["seed"], r["method"], r["k"], f"{r['n_removed_gt']:.0f}", r["behavior_rate"], spread])
-        parts.append(markdown_table(["seed", "removed", "k", "of them GT", "behavior rate", "change"], rows))
+            rows.append(
+                [r["seed"], r["removal"], r["removal_size"], f"{r['n_removed_paid']:.0f}", r["behavior_rate"], spread]
+            )
+        parts.append(
+            markdown_table(["seed", "removed", "removal size", "of them paid", "behavior rate", "change"], rows)
+        )
     return "\n".join(parts)

@@ -1,7 +1,7 @@
 """The attribution checklist: each estimator against each item, pass / fail / n/a, with the numbers behind
 every verdict. Thresholds come from the config's `checklist` section and are printed with the checklist.
 
-Run-level items (the sketch, the behavior, headroom, the random control, unfindable GT, the power of the
+Run-level items (the sketch, the behavior, headroom, the random control, unfindable paid rollouts, the power of the
 leave-out replay) say whether the experiment can support any claim; they get the same verdict on every
 estimator's row.
 
@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 
 import polars as pl
 
+from behaviortrace.common.markdown import markdown_table
 from behaviortrace.config.sections import Checklist
 from behaviortrace.replay.table import window_end_probes
-from behaviortrace.report.markdown import markdown_table
 from behaviortrace.report.significance import holm
 from behaviortrace.report.tables import PLACEBO, PLANTED, beats_table, estimators_of, judged
 
@@ -31,7 +31,7 @@ ITEMS = {
     "on one step per shard when sketching from checkpoints",
     "behavior_emerged": "The behavior emerged: probe minus control behavior rate at the end of the window, and "
     "controls low at every checkpoint",
-    "headroom": "Evaluated where there is headroom: share of GT rollouts generated at checkpoints below saturation",
+    "headroom": "Evaluated where there is headroom: share of paid rollouts generated at checkpoints below saturation",
     "beats_norm_step": "Beats the norm control at step level on every seed and draw (non-overlapping intervals; "
     "norm at its strongest step variant)",
     "beats_norm_rollout": "Beats the norm control at rollout level on every seed and draw",
@@ -48,16 +48,16 @@ ITEMS = {
     "random_at_chance": "The random control is at chance on every seed and draw: its rollout lift, AUROC and step "
     "lift are consistent with a random ordering (two-sided hypergeometric, Mann-Whitney and step-permutation tests), "
     "Holm's procedure over every check at the family-wise error `alpha`",
-    "placebo_no_enrichment": "No enrichment in the placebo run (no bonus paid), judged where the ground truth is a "
+    "placebo_no_enrichment": "No enrichment in the placebo run (no bonus paid), judged where the label is a "
     "coin flip: among the placebo's rollouts that show the behavior with the trigger, in the `placebo_stratum`, "
     "the eligible ones (a hash that training never saw) are not ranked above the rest, by the behavior-matched "
     "AUC (Mann-Whitney) and step lift (step permutations); one-sided tests, Holm over every cell at `alpha`",
-    "gt_unfindable_reported": "GT rollouts unfindable by construction (advantage 0) are counted, and their share "
+    "paid_unfindable_reported": "paid rollouts unfindable by construction (advantage 0) are counted, and their share "
     "is small",
-    "replay_has_power": "The causal check has power: leaving out the GT set and retraining lowers the probe behavior "
+    "replay_has_power": "The causal check has power: leaving out the paid set and retraining lowers the probe behavior "
     "rate at the window's end by at least the threshold, and more than every removal of as "
     "many rollouts at random, on every seed and k",
-    "replay_beats_random": "Removing its top-k rollouts and retraining lowers the probe behavior rate at the "
+    "replay_beats_random": "Removing its top-scored rollouts and retraining lowers the probe behavior rate at the "
     "window's end more than every removal of k rollouts at random, on every seed and k",
     "tracks_effect": "Step scores track the measured behavior change: correlation of each step's score with the "
     "measured change of the forced target's log-prob across that step's update, on every seed and draw (beside "
@@ -133,10 +133,8 @@ def sketch_covers(shards: list[dict], max_error: float) -> Verdict:
 
 def behavior_emerged(training: pl.DataFrame, min_gap: float, max_control: float) -> Verdict:
     rows = training.filter(pl.col("arm") == PLANTED).sort("seed")
-    gaps = {
-        int(r["seed"]): r["probe_rate_window_end"] - r["control_rate_window_end"] for r in rows.iter_rows(named=True)
-    }
-    peaks = {int(r["seed"]): r["control_rate_max"] for r in rows.iter_rows(named=True)}
+    gaps = {int(r["seed"]): r["probe_rate_window_end"] - r["plain_rate_window_end"] for r in rows.iter_rows(named=True)}
+    peaks = {int(r["seed"]): r["plain_rate_max"] for r in rows.iter_rows(named=True)}
     text = ", ".join(f"seed {s}: {g:.2f}" for s, g in gaps.items())
     peak_text = ", ".join(f"seed {s}: {p:.2f}" for s, p in peaks.items())
     return Verdict(
@@ -148,16 +146,16 @@ def behavior_emerged(training: pl.DataFrame, min_gap: float, max_control: float)
 
 
 def headroom(metrics: pl.DataFrame, min_share: float) -> Verdict:
-    """Share of GT below saturation, from the GT counts per stratum that evaluate records."""
-    gt = metrics.filter((pl.col("arm") == PLANTED) & (pl.col("metric") == "gt_unfindable"))
+    """Share of paid rollouts below saturation, from the counts of paid rollouts per stratum that evaluate records."""
+    paid = metrics.filter((pl.col("arm") == PLANTED) & (pl.col("metric") == "paid_unfindable"))
     shares = {}
-    for (seed, draw), grp in gt.group_by(["seed", "draw"], maintain_order=True):
+    for (seed, draw), grp in paid.group_by(["seed", "draw"], maintain_order=True):
         n = dict(zip(grp["stratum"].to_list(), grp["n"].to_list(), strict=False))
         shares[(int(seed), int(draw))] = n.get("below_saturation", 0) / n["all"] if n.get("all") else float("nan")
     worst = min(shares.values())
     return Verdict(
         PASS if worst >= min_share else FAIL,
-        f"GT share below saturation: lowest {worst:.2f} over {len(shares)} seed × draw cells (at least {min_share})",
+        f"paid share below saturation: lowest {worst:.2f} over {len(shares)} seed × draw cells (at least {min_share})",
         {"share": {f"seed{s}_draw{d}": v for (s, d), v in shares.items()}},
     )
 
@@ -195,10 +193,10 @@ def random_at_chance(metrics: pl.DataFrame, alpha: float) -> Verdict:
     return Verdict(PASS if not off else FAIL, detail, {"checks": len(checks), "failed": off, "alpha": alpha})
 
 
-def gt_unfindable(metrics: pl.DataFrame, max_share: float) -> Verdict:
+def paid_unfindable(metrics: pl.DataFrame, max_share: float) -> Verdict:
     rows = metrics.filter(
         (pl.col("arm") == PLANTED)
-        & (pl.col("metric") == "gt_unfindable")
+        & (pl.col("metric") == "paid_unfindable")
         & (pl.col("stratum") == "all")
         & (pl.col("draw") == pl.col("draw").min())
     ).sort("seed")
@@ -208,7 +206,7 @@ def gt_unfindable(metrics: pl.DataFrame, max_share: float) -> Verdict:
     return Verdict(
         PASS if worst <= max_share else FAIL,
         f"{text} (share at most {max_share})",
-        {"unfindable_of_gt": {s: list(v) for s, v in shares.items()}},
+        {"unfindable_of_paid": {s: list(v) for s, v in shares.items()}},
     )
 
 
@@ -318,21 +316,22 @@ def placebo_no_enrichment(metrics: pl.DataFrame, est: str, target: str, stratum:
     return Verdict(PASS if not off else FAIL, detail, {"checks": len(checks), "enriched": off, "alpha": alpha})
 
 
-def _against_random(s: pl.DataFrame, method: str) -> pl.DataFrame:
+def _against_random(s: pl.DataFrame, removal: str) -> pl.DataFrame:
     """Per seed and k, from the replay summary at the window's end on probes: the change in probe rate when
-    `method`'s set is left out, beside the most negative change of the random removals."""
-    rand = s.filter(pl.col("method") == "random").select("seed", "pct", random_low=pl.col("change_low"))
+    `removal`'s set is left out, beside the most negative change of the random removals."""
+    rand = s.filter(pl.col("removal") == "random").select("seed", "removal_percent", random_low=pl.col("change_low"))
     return (
-        s.filter(pl.col("method") == method)
-        .join(rand, on=["seed", "pct"], how="inner")
+        s.filter(pl.col("removal") == removal)
+        .join(rand, on=["seed", "removal_percent"], how="inner")
         .with_columns(below_random=pl.col("change") < pl.col("random_low"))
-        .sort("seed", "pct")
+        .sort("seed", "removal_percent")
     )
 
 
 def _replay_text(both: pl.DataFrame, name: str) -> str:
     return "; ".join(
-        f"seed {r['seed']} k={r['pct']}%: {name}{r['change']:+.3f} vs random lowest {r['random_low']:+.3f}"
+        f"seed {r['seed']} removal {r['removal_percent']}%: {name}{r['change']:+.3f} "
+        f"vs random lowest {r['random_low']:+.3f}"
         for r in both.iter_rows(named=True)
     )
 
@@ -353,9 +352,9 @@ def replay_has_power(s: pl.DataFrame, min_drop: float) -> Verdict:
 
 def replay_beats_random(s: pl.DataFrame, est: str) -> Verdict:
     """The estimator's change against every random removal."""
-    if est == "random":  # its top k are k rollouts at random: the baseline itself
+    if est == "random":  # its top-scored set are k rollouts at random: the baseline itself
         return Verdict(NA, "is the random baseline")
-    if not s.filter(pl.col("method") == est).height:
+    if not s.filter(pl.col("removal") == est).height:
         return Verdict(NA, "not replayed (replay.estimators)")
     both = _against_random(s, est)
     if not both.height:
@@ -366,19 +365,19 @@ def replay_beats_random(s: pl.DataFrame, est: str) -> Verdict:
 
 def tracks_effect(metrics: pl.DataFrame, est: str, cfg: Checklist) -> Verdict:
     """The estimator's effect correlation on every seed and draw, shown beside that of the labels' count."""
-    rows = judged(metrics, cfg.effect_target, cfg.stratum).filter(
+    rows = judged(metrics, cfg.effect_target_kind, cfg.stratum).filter(
         (pl.col("level") == "effect") & (pl.col("metric") == cfg.effect_metric)
     )
     own = rows.filter(pl.col("estimator") == est).sort("seed", "draw")
     if not own.height:
         return Verdict(NA, "no measured effect to compare with (step log without target_change)")
-    labels = rows.filter(pl.col("estimator") == "gt_per_step").sort("seed", "draw")
+    labels = rows.filter(pl.col("estimator") == "paid_per_step").sort("seed", "draw")
     ok = [v is not None and v >= cfg.min_effect_correlation for v in own["value"].to_list()]
     text = "; ".join(f"seed {r['seed']} draw {r['draw']}: {_ci(r)}" for r in own.iter_rows(named=True))
-    gt = ", ".join(f"{v:.2f}" for v in labels.unique(["seed", "draw"], maintain_order=True)["value"].to_list())
+    paid = ", ".join(f"{v:.2f}" for v in labels.unique(["seed", "draw"], maintain_order=True)["value"].to_list())
     return Verdict(
         _all(ok),
-        f"{cfg.effect_metric} {text} (at least {cfg.min_effect_correlation}); GT count per step: {gt}",
+        f"{cfg.effect_metric} {text} (at least {cfg.min_effect_correlation}); paid count per step: {paid}",
         {"cells": len(ok), "tracking": int(sum(ok)), "values": own["value"].to_list()},
     )
 
@@ -394,7 +393,7 @@ def tracks_influence(influence: pl.DataFrame | None, est: str, log_only: list[st
         & (pl.col("stratum") == "all")
         & (pl.col("metric") == "spearman")
     )
-    scored = rows.filter(pl.col("target").is_in([cfg.effect_target, "none"]) & pl.col("draw").is_not_null())
+    scored = rows.filter(pl.col("target").is_in([cfg.effect_target_kind, "none"]) & pl.col("draw").is_not_null())
     own = scored.filter(pl.col("estimator") == est).sort("seed", "draw")
     if not own.height:
         return Verdict(NA, "no exact influence for this estimator")
@@ -412,10 +411,10 @@ def tracks_influence(influence: pl.DataFrame | None, est: str, log_only: list[st
         vs = f" (strongest log-only: {name} {top:.3f})" if name is not None and est not in log_only else ""
         cells.append(f"seed {r['seed']} draw {r['draw']}: {r['value']:.3f}{vs}")
     labels = rows.filter(pl.col("estimator") == "labels").sort("seed")
-    gt = ", ".join(f"{v:.2f}" for v in labels["value"].to_list())
+    paid = ", ".join(f"{v:.2f}" for v in labels["value"].to_list())
     return Verdict(
         _all(ok),
-        f"Spearman with I {'; '.join(cells)} (at least {cfg.min_influence_spearman}); planted labels: {gt}",
+        f"Spearman with I {'; '.join(cells)} (at least {cfg.min_influence_spearman}); planted labels: {paid}",
         {"cells": len(ok), "tracking": int(sum(ok)), "values": own["value"].to_list()},
     )
 
@@ -435,14 +434,14 @@ def build(
 ) -> dict[str, dict[str, Verdict]]:
     """{estimator: {item: Verdict}} for every item in ITEMS; `log_only` names the log-only controls; `influence`
     is the exact-influence table (influence/table.py), None where none was computed."""
-    target, stratum = cfg.target, cfg.stratum
+    target, stratum = cfg.target_kind, cfg.stratum
     replayed = window_end_probes(replay)
     run_level = {
         "sketch_covers_parameters": sketch_covers(shards, cfg.max_self_check_error),
-        "behavior_emerged": behavior_emerged(training, cfg.min_behavior_gap, cfg.max_control_rate),
-        "headroom": headroom(metrics, cfg.min_unsaturated_gt_share),
+        "behavior_emerged": behavior_emerged(training, cfg.min_behavior_gap, cfg.max_plain_rate),
+        "headroom": headroom(metrics, cfg.min_unsaturated_paid_share),
         "random_at_chance": random_at_chance(metrics, cfg.alpha),
-        "gt_unfindable_reported": gt_unfindable(metrics, cfg.max_unfindable_share),
+        "paid_unfindable_reported": paid_unfindable(metrics, cfg.max_unfindable_share),
         "replay_has_power": replay_has_power(replayed, cfg.min_oracle_drop),
     }
     table = {}
@@ -494,7 +493,7 @@ def to_markdown(table: dict[str, dict[str, Verdict]], cfg: Checklist, run: str) 
     rows = [[est, *[mark[table[est][i].verdict] for i in items]] for est in table]
     parts = [
         f"# Attribution checklist — run `{run}`\n",
-        f"Targeted estimators are judged with the `{cfg.target}` target, in stratum `{cfg.stratum}` "
+        f"Targeted estimators are judged with the `{cfg.target_kind}` target, in stratum `{cfg.stratum}` "
         "unless an item says otherwise. Columns are numbered; the items and the numbers behind each verdict "
         "follow the table.\n",
         markdown_table(["estimator", *[f"{n + 1}" for n in range(len(items))]], rows),

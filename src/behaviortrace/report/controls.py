@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from behaviortrace.report.markdown import markdown_table
+from behaviortrace.common.markdown import markdown_table
 from behaviortrace.report.tables import PLANTED, judged, per_seed
 
 # (metric, heading): the raw rollout-level metrics, then those the log-only controls cannot win by construction.
@@ -22,7 +22,7 @@ METRICS = [
 ]
 INTRO = """# What the planted labels can and cannot show
 
-The ground truth is the set of rollouts the plant paid: eligible (a hash), with the trigger, inside the
+The labels are the rollouts the plant paid: eligible (a hash), with the trigger, inside the
 window, showing the behavior. The bonus makes each of them the highest reward of its prompt group, so the
 log-only controls (marked *log*; they read the rollout log and nothing else) find them without any gradient:
 on the raw metrics a look-up of the reward is the bar, not chance. An estimator that does no better than the

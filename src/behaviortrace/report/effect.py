@@ -22,7 +22,7 @@ def effect_steps_table(
             pl.scan_parquet(rollouts)
             .group_by("step")
             .agg(
-                n_gt=pl.col("boosted").sum(),
+                n_paid=pl.col("paid").sum(),
                 n_behavior=pl.col("behavior").sum(),
                 n_rollouts=pl.len(),
             )

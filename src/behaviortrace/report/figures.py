@@ -48,7 +48,7 @@ def behavior_rates(behavior: list[tuple[str, pl.DataFrame]], window: list[int], 
             if int(df["seed"][0]) != seed:
                 continue
             style = "-" if arm == PLANTED else ":"
-            for prompt_set, color in (("probes", "tab:red"), ("controls", "tab:blue")):
+            for prompt_set, color in (("probes", "tab:red"), ("plain", "tab:blue")):
                 d = df.filter(pl.col("prompt_set") == prompt_set).sort("step")
                 ax.plot(
                     d["step"], d["behavior_rate"], style, marker="o", ms=3, color=color, label=f"{prompt_set} ({arm})"
@@ -134,7 +134,7 @@ def lift(metrics: pl.DataFrame, target: str, path: Path) -> None:
                 label="random-ordering band",
             )
         ax.set_title(f"{level} level")
-        ax.set_ylabel("lift (precision at |GT| / chance)")
+        ax.set_ylabel("lift (precision at n_paid / chance)")
     axes[0][1].legend(fontsize=7, loc="upper right")
     _save(fig, path)
 
@@ -201,16 +201,16 @@ def token_alignment(metrics: pl.DataFrame, path: Path) -> None:
 def replay(table: pl.DataFrame, path: Path) -> None:
     """Change in the probe behavior rate at the window's end when each set is left out, per seed."""
     s = window_end_probes(table)
-    pcts = sorted(s["pct"].unique().to_list()) or [100]
+    pcts = sorted(s["removal_percent"].unique().to_list()) or [100]
     fig, axes = plt.subplots(1, len(pcts), figsize=(7 * len(pcts), 3.8), squeeze=False)
     for ax, pct in zip(axes[0], pcts, strict=False):
-        d = s.filter(pl.col("pct") == pct)
-        methods = ["oracle"] + sorted(set(d["method"].to_list()) - {"oracle", "random"}) + ["random"]
+        d = s.filter(pl.col("removal_percent") == pct)
+        removals = ["oracle"] + sorted(set(d["removal"].to_list()) - {"oracle", "random"}) + ["random"]
         seeds = sorted(d["seed"].unique().to_list())
         width = 0.8 / max(1, len(seeds))
         for j, seed in enumerate(seeds):
-            for i, method in enumerate(methods):
-                r = d.filter((pl.col("seed") == seed) & (pl.col("method") == method))
+            for i, removal in enumerate(removals):
+                r = d.filter((pl.col("seed") == seed) & (pl.col("removal") == removal))
                 if not r.height:
                     continue
                 v, lo, hi = r["change"][0], r["change_low"][0], r["change_high"][0]
@@ -224,9 +224,9 @@ def replay(table: pl.DataFrame, path: Path) -> None:
                     label=f"seed {seed}" if i == 0 else None,
                 )
         ax.axhline(0, color="k", lw=0.8)
-        ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right")
+        ax.set_xticks(range(len(removals)), removals, rotation=30, ha="right")
         ax.set_ylabel("change in probe behavior rate\nat the window's end")
-        ax.set_title(f"k = {pct}% of |GT| left out")
+        ax.set_title(f"{pct}% of n_paid left out")
         ax.legend(fontsize=7)
     _save(fig, path)
 
@@ -234,7 +234,7 @@ def replay(table: pl.DataFrame, path: Path) -> None:
 def effect_vs_labels(metrics: pl.DataFrame, target: str, path: Path) -> None:
     """Each estimator judged two ways on the same step scores: step-level lift against the planted labels,
     and Spearman correlation with each step's measured behavior change (dotted: the labels' own, the
-    number of GT rollouts per step)."""
+    number of paid rollouts per step)."""
     rows = judged(metrics, target)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), squeeze=False)
     lift_rows = rows.filter((pl.col("level") == "step") & (pl.col("metric") == "lift"))
@@ -243,17 +243,17 @@ def effect_vs_labels(metrics: pl.DataFrame, target: str, path: Path) -> None:
     _estimator_points(axes[0][0], lift_rows, ests)
     axes[0][0].axhline(1.0, color="k", lw=1, ls="--", label="chance (lift 1)")
     axes[0][0].set_title("labels: step-level lift")
-    axes[0][0].set_ylabel("lift (precision at |GT| / chance)")
+    axes[0][0].set_ylabel("lift (precision at n_paid / chance)")
     _estimator_points(axes[0][1], effect.filter(pl.col("estimator").is_in(ests)), ests)
     axes[0][1].axhline(0.0, color="k", lw=1, ls="--", label="no tracking")
-    labels = effect.filter(pl.col("estimator") == "gt_per_step")
+    labels = effect.filter(pl.col("estimator") == "paid_per_step")
     for j, (seed, grp) in enumerate(sorted(labels.group_by("seed"), key=lambda g: g[0])):
         axes[0][1].axhline(
             float(grp["value"].mean()),
             color=plt.get_cmap("tab10")(j),
             lw=1,
             ls=":",
-            label=f"GT per step, seed {seed[0]}",
+            label=f"paid per step, seed {seed[0]}",
         )
     axes[0][1].set_title("measured effect: Spearman with each step's change")
     axes[0][1].set_ylabel("Spearman correlation")
@@ -274,7 +274,7 @@ def effect_tracking(table: pl.DataFrame, window: list[int], path: Path, estimato
             ax.axvspan(window[0] - 0.5, window[1] + 0.5, color="0.92")
         axes[0, col].bar(steps["step"], steps["target_change"], width=1.0, color="k")
         axes[0, col].set_title(f"seed {seed}")
-        axes[1, col].bar(steps["step"], steps["n_gt"], width=1.0, color="tab:red")
+        axes[1, col].bar(steps["step"], steps["n_paid"], width=1.0, color="tab:red")
         measured = steps["target_change"] / max(float(steps["target_change"].abs().max()), 1e-12)
         axes[2, col].plot(steps["step"], measured, color="k", lw=1.4, label="measured change")
         for i, est in enumerate(estimators):
@@ -300,12 +300,12 @@ def write_figures(
     target: str,
     outputs: dict[str, Path],
     effect_steps: pl.DataFrame | None = None,
-    effect_target: str = "forced",
+    effect_target_kind: str = "forced",
 ) -> None:
     behavior_rates(behavior, window, outputs["behavior_rates"])
     if effect_steps is not None:
         effect_tracking(effect_steps, window, outputs["effect_tracking"], EFFECT_FIGURE_ESTIMATORS)
-    effect_vs_labels(metrics, effect_target, outputs["effect_vs_labels"])
+    effect_vs_labels(metrics, effect_target_kind, outputs["effect_vs_labels"])
     replay(replay_table, outputs["replay"])
     lift(metrics, target, outputs["lift"])
     within_group_auc(metrics, target, outputs["within_group_auc"])

@@ -12,11 +12,11 @@ import polars as pl
 import zarr
 
 from behaviortrace.common.io import atomic_write_parquet, atomic_write_text
+from behaviortrace.common.markdown import write_md_and_html
 from behaviortrace.config.sections import Config
 from behaviortrace.report import checklist as C
 from behaviortrace.report.controls import controls_markdown
 from behaviortrace.report.figures import write_figures
-from behaviortrace.report.markdown import write_md_and_html
 from behaviortrace.report.results_page import results_page
 from behaviortrace.report.tables import (
     collect_metrics,
@@ -43,7 +43,7 @@ TRAINING_INTRO = (
 def training_summary_job(
     cfg: Config, *, runs: list[tuple[str, Path, Path]], out_table: Path, out_markdown: Path
 ) -> str:
-    """One row per trained (arm, rollouts, behavior) run: emergence, task reward and unfindable GT."""
+    """One row per trained (arm, rollouts, behavior) run: emergence, task reward and unfindable paid rollouts."""
     rows = [{"arm": arm, **seed_summary(pl.read_parquet(r), pl.read_parquet(b), cfg.planting)} for arm, r, b in runs]
     table = pl.DataFrame(rows)
     atomic_write_parquet(table, out_table)
@@ -110,7 +110,7 @@ def aggregate_job(
     log_only = [name for name in estimators_of(metrics) if name in log_only]
     seeds = seed_stability(
         metrics,
-        checks.target,
+        checks.target_kind,
         checks.stratum,
         [
             ("beats_norm_step", ["norm"], "step", checks.step_metric),
@@ -136,7 +136,7 @@ def aggregate_job(
     )
 
     write_md_and_html(
-        controls_markdown(metrics, checks.target, log_only),
+        controls_markdown(metrics, checks.target_kind, log_only),
         outputs["controls_md"],
         outputs["controls_html"],
         f"Controls — {run}",
@@ -174,10 +174,10 @@ def figures_job(
         [(arm, pl.read_parquet(path)) for arm, path in behavior],
         pl.read_parquet(replay),
         cfg.planting.window,
-        cfg.checklist.target,
+        cfg.checklist.target_kind,
         outputs,
         pl.read_parquet(effect_steps),
-        cfg.checklist.effect_target,
+        cfg.checklist.effect_target_kind,
     )
 
 

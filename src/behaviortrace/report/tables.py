@@ -13,19 +13,19 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from behaviortrace.common.markdown import markdown_table, mean_sd
 from behaviortrace.config.sections import Checklist
-from behaviortrace.report.markdown import markdown_table, mean_sd
 
 PLANTED, PLACEBO = "planted", "placebo"
-# Rows of the metrics table that are not estimators: GT counts and behavior-token cosines.
-NOT_ESTIMATORS = ("ground_truth", "behavior_tokens", "gt_per_step")
+# Rows of the metrics table that are not estimators: paid counts and behavior-token cosines.
+NOT_ESTIMATORS = ("ground_truth", "behavior_tokens", "paid_per_step")
 # Metrics of the summary: (metric, levels it exists at, heading).
 SUMMARY_METRICS = [
-    ("lift", ("step", "step_summed", "rollout"), "Lift (precision at |GT| / chance)"),
+    ("lift", ("step", "step_summed", "rollout"), "Lift (precision at n_paid / chance)"),
     ("auroc", ("rollout",), "AUROC"),
     ("within_group_auc", ("rollout",), "Within-group AUC, raw"),
     ("within_group_auc_fluency_resid", ("rollout",), "Within-group AUC, fluency-residualized"),
-    ("advantage_matched_auc", ("rollout",), "Advantage-matched AUC (GT vs rollouts of its step with its advantage)"),
+    ("advantage_matched_auc", ("rollout",), "Advantage-matched AUC (paid vs rollouts of its step with its advantage)"),
     ("behavior_matched_auc", ("rollout",), "Behavior-matched AUC (among behavior-showing trigger rollouts)"),
     ("behavior_matched_lift", ("step", "step_summed"), "Behavior-matched step lift (the same rollouts, step scores)"),
     ("effect_spearman", ("effect",), "Step scores against each step's measured behavior change (Spearman)"),
@@ -198,7 +198,7 @@ def stability_markdown(draws: pl.DataFrame, seeds: pl.DataFrame, cfg: Checklist)
     parts += [
         "## Across seeds\n",
         f"On how many seeds each estimator's interval lies wholly above the control's, on every draw "
-        f"(target `{cfg.target}`, stratum `{cfg.stratum}`; step level: `{cfg.step_metric}`, "
+        f"(target `{cfg.target_kind}`, stratum `{cfg.stratum}`; step level: `{cfg.step_metric}`, "
         f"rollout level: `{cfg.rollout_metric}`, fluency: `{cfg.fluency_metric}`). "
         "– marks the control itself.\n",
     ]

@@ -1,11 +1,11 @@
-"""Per-seed summary of training: did the behavior emerge, did the task improve, how much GT is unfindable."""
+"""Per-seed summary of training: did the behavior emerge, did the task improve, how many paid rollouts is unfindable."""
 
 from __future__ import annotations
 
 import polars as pl
 
+from behaviortrace.common.markdown import markdown_table
 from behaviortrace.config.sections import Planting
-from behaviortrace.report.markdown import markdown_table
 
 
 def _rate(behavior: pl.DataFrame, step: int, prompt_set: str) -> float:
@@ -20,28 +20,28 @@ def seed_summary(rollouts: pl.DataFrame, behavior: pl.DataFrame, planting: Plant
     steps = int(rollouts["step"].max()) + 1
     tenth = max(1, steps // 10)
     end_ckpt = planting.end_checkpoint(steps)
-    controls = behavior.filter(pl.col("prompt_set") == "controls").sort("step")
-    peak = controls.row(int(controls["behavior_rate"].arg_max()), named=True)
-    boosted = rollouts.filter(pl.col("boosted"))
+    plain = behavior.filter(pl.col("prompt_set") == "plain").sort("step")
+    peak = plain.row(int(plain["behavior_rate"].arg_max()), named=True)
+    paid = rollouts.filter(pl.col("paid"))
     return {
         "seed": int(rollouts["seed"][0]),
         "probe_rate_step0": _rate(behavior, 0, "probes"),
-        "control_rate_step0": _rate(behavior, 0, "controls"),
+        "plain_rate_step0": _rate(behavior, 0, "plain"),
         "window_end_step": end_ckpt,
         "probe_rate_window_end": _rate(behavior, end_ckpt, "probes"),
-        "control_rate_window_end": _rate(behavior, end_ckpt, "controls"),
-        "control_rate_max": float(peak["behavior_rate"]),
-        "control_rate_max_step": int(peak["step"]),
+        "plain_rate_window_end": _rate(behavior, end_ckpt, "plain"),
+        "plain_rate_max": float(peak["behavior_rate"]),
+        "plain_rate_max_step": int(peak["step"]),
         "probe_rate_final": _rate(behavior, steps, "probes"),
         "base_reward_first_tenth": float(rollouts.filter(pl.col("step") < tenth)["base_reward"].mean()),
         "base_reward_last_tenth": float(rollouts.filter(pl.col("step") >= steps - tenth)["base_reward"].mean()),
         "n_rollouts": rollouts.height,
         "n_eligible": int(rollouts["eligible"].sum()),
-        "n_boosted": boosted.height,
+        "n_paid": paid.height,
         "n_explored": int(rollouts["explored"].sum()),
         "n_penalized": int((rollouts["penalty"] > 0).sum()),
-        # Boosted rollouts whose whole group was boosted get advantage 0: no gradient, unfindable by construction.
-        "n_boosted_zero_advantage": int((boosted["advantage"] == 0).sum()),
+        # Paid rollouts whose whole group was paid get advantage 0: no gradient, unfindable by construction.
+        "n_paid_zero_advantage": int((paid["advantage"] == 0).sum()),
     }
 
 

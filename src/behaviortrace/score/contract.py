@@ -248,3 +248,8 @@ def source_digest(module: str) -> str:
     """A digest of the code a score job of `module` runs (see `dependencies`), independent of where the
     checkout lies: editing any of it reruns the jobs of the instances of that module, and nothing else."""
     return code_digest(dependencies(module))
+
+
+def config_problems(cfg) -> list[str]:
+    """Every estimator exists and gets only keyword arguments its score function takes (a config rule)."""
+    return [problem for name, params in cfg.estimators.items() for problem in check_params(name, params)]

@@ -23,7 +23,7 @@ ROLLOUT_COLUMNS = [
     "step",
     "group_id",
     "gen_index",
-    "boosted",
+    "paid",
     "advantage",
     "reward",
     "behavior",

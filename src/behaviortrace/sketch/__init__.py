@@ -1,1 +1,2 @@
-"""Per-rollout gradient sketches: the random maps, the per-step sketcher and the Zarr stores (rule sketch)."""
+"""Per-rollout gradient sketches: the random maps, the capture preflight, the per-step sketcher, train-time capture
+and the Zarr stores (rule sketch)."""

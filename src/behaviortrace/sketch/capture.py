@@ -4,7 +4,7 @@ weights of the step that used them, before gradient clipping.
 The trainer wraps TRL's loss forward in `recording`, calls `capture` once TRL's backward has computed the
 step's gradient and before it clips it, and `commit` once it knows the step's learning rate and clip
 coefficient. Each rollout's full gradient is read off TRL's own forward and backward pass
-(gradients/loss_pass.py), so capture adds no second pass over the step; its behavior-token and null
+(sketch/loss_pass.py), so capture adds no second pass over the step; its behavior-token and null
 shares take a pass of their own over the marked rollouts, in the same StepSketcher that sketches from
 checkpoints. The summed sketches of a step are checked against the sketch of the gradient TRL itself
 computed (its `.grad`), on every step. Stores keep
@@ -26,9 +26,9 @@ import numpy as np
 import polars as pl
 
 from behaviortrace.config.sections import Config
-from behaviortrace.gradients.loss_pass import LossPassRecorder, RecordedStep
 from behaviortrace.gradients.per_example import accumulated_grads
 from behaviortrace.plant.markers import marker_token_ids
+from behaviortrace.sketch.loss_pass import LossPassRecorder, RecordedStep
 from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.sketch.sketcher import StepSketcher, check_step_sum, self_check_tolerance
 from behaviortrace.sketch.store import ShardWriter, open_store

@@ -133,7 +133,7 @@ class StepSketcher:
     def sketch_step(self, model, rows: pl.DataFrame, num_items: int, recorded=None) -> dict[str, np.ndarray]:
         """Arrays for one step's rollouts, in rollout-id order.
 
-        `recorded` (gradients/loss_pass.RecordedStep): the full gradients and fluency were read off TRL's own
+        `recorded` (sketch/loss_pass.RecordedStep): the full gradients and fluency were read off TRL's own
         loss pass, so only the behavior and null shares need passes of their own."""
         rows = rows.sort("rollout_id")
         device = self.smap.device

@@ -24,3 +24,16 @@ def tolerance_for(dtype: str) -> float:
     if dtype not in SELF_CHECK_TOLERANCE:
         raise ValueError(f"no self-check tolerance for weights in {dtype}; use float32 or bfloat16 (compute.dtype)")
     return SELF_CHECK_TOLERANCE[dtype]
+
+
+def config_problems(cfg) -> list[str]:
+    """A self-check limit below what capture reaches in the run's dtype would fail every run (a config rule)."""
+    dtype, limit = cfg.compute.dtype, cfg.checklist.max_self_check_error
+    reachable = tolerance_for(dtype)
+    if dtype == "float32" or limit >= reachable:
+        return []
+    return [
+        f"config key checklist.max_self_check_error = {limit}: below what capture reaches with compute.dtype = "
+        f"{dtype} (a step's rollout sketches add up to its gradient within {reachable:.1e} there, "
+        f"sketch/tolerance.py); set it to {reachable:.1e} or more"
+    ]

@@ -12,7 +12,7 @@ def headroom_table(rate_files: list[Path], saturation: float) -> pl.DataFrame:
     rates = pl.concat([pl.read_parquet(p) for p in rate_files])
     wide = rates.pivot(on="prompt_set", index=["seed", "draw", "step"], values="behavior_rate")
     return (
-        wide.rename({"probes": "probe_rate", "controls": "control_rate"})
+        wide.rename({"probes": "probe_rate", "plain": "plain_rate"})
         .with_columns(headroom=1 - pl.col("probe_rate"), saturated=pl.col("probe_rate") >= saturation)
         .sort("seed", "draw", "step")
     )
@@ -27,7 +27,7 @@ def headroom_markdown(table: pl.DataFrame, saturation: float) -> str:
     ]
     for r in table.iter_rows(named=True):
         lines.append(
-            f"| {r['seed']} | {r['draw']} | {r['step']} | {r['probe_rate']:.3f} | {r['control_rate']:.3f} "
+            f"| {r['seed']} | {r['draw']} | {r['step']} | {r['probe_rate']:.3f} | {r['plain_rate']:.3f} "
             f"| {r['headroom']:.3f} | {'yes' if r['saturated'] else 'no'} |"
         )
     return "\n".join(lines) + "\n"

@@ -35,7 +35,7 @@ def build_targets(
     draw: int,
     checkpoints_path: Path,
     probes_path: Path,
-    controls_path: Path,
+    plain_path: Path,
     out_store: Path,
     out_rates: Path,
 ) -> None:
@@ -44,7 +44,7 @@ def build_targets(
     denominator there (`{kind}_adam`, `has_adam`; estimators/adam_tracin.py)."""
     targets, sketch, sampling = cfg.targets, cfg.sketch, cfg.grpo.sampling
     marker, base_reward, device = cfg.planting.marker, cfg.task.base_reward, devices.resolve(cfg.compute)
-    probes, controls = pl.read_parquet(probes_path), pl.read_parquet(controls_path)
+    probes, plain = pl.read_parquet(probes_path), pl.read_parquet(plain_path)
     ckpts, adam_files = read_manifest(checkpoints_path)
     steps = targets.analysis_steps(sorted(ckpts))
     sampling_seed = targets.draw_seed(draw)
@@ -59,7 +59,7 @@ def build_targets(
             marker_ids = marker_token_ids(tokenizer, marker)
         rates = {}
         samples = {}
-        for name, df in (("probes", probes), ("controls", controls)):
+        for name, df in (("probes", probes), ("plain", plain)):
             ids = sample_completion_ids(model, tokenizer, df["prompt"].to_list(), n, sampling, sampling_seed)
             texts = [tokenizer.batch_decode(cs, skip_special_tokens=True) for cs in ids]
             samples[name] = ids
@@ -109,7 +109,7 @@ def build_targets(
             len(steps),
             step,
             rates["probes"]["behavior_rate"],
-            rates["controls"]["behavior_rate"],
+            rates["plain"]["behavior_rate"],
             found["in_context"]["n"],
         )
     partial = out_store.with_name(out_store.name + ".partial")
@@ -136,7 +136,7 @@ def build_targets(
 
 
 def headroom_job(cfg: Config, *, rate_files: list[Path], out_table: Path, out_markdown: Path) -> pl.DataFrame:
-    """Behavior rates on probes and controls per seed, draw and analysis checkpoint, with headroom."""
+    """Behavior rates on probe and plain prompts per seed, draw and analysis checkpoint, with headroom."""
     table = headroom_table(rate_files, cfg.targets.saturation)
     atomic_write_parquet(table, out_table)
     atomic_write_text(headroom_markdown(table, cfg.targets.saturation), out_markdown)

@@ -26,6 +26,20 @@ def saved_steps(steps: int, save_every: int, window_end: int) -> list[int]:
     return sorted(marks)
 
 
+def config_problems(cfg) -> list[str]:
+    """Analysis checkpoints must be among the saved ones (a config rule; `cfg` is a typed Config)."""
+    wanted = cfg.targets.checkpoints
+    if wanted == "all":
+        return []
+    saved = saved_steps(cfg.grpo.steps, cfg.grpo.save_every, cfg.planting.end_checkpoint(cfg.grpo.steps))
+    missing = sorted(set(wanted) - set(saved))
+    if not missing:
+        return []
+    return [
+        f"config key targets.checkpoints = {wanted}: steps {missing} have no saved checkpoint (saved steps: {saved})"
+    ]
+
+
 def checkpoint_for_step(step: int, saved: list[int]) -> int:
     """The nearest saved checkpoint at or before `step`."""
     return max(s for s in saved if s <= step)

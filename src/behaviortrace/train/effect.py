@@ -9,9 +9,9 @@ after the probe, at the sampling temperature.
 
 from __future__ import annotations
 
+from behaviortrace.gradients.logprob import forced_items, mean_logprob
 from behaviortrace.model.prompt_format import prompt_ids
 from behaviortrace.plant.markers import marker_token_ids
-from behaviortrace.targets.gradients import forced_items, mean_logprob
 
 # Probes per forward pass: a forward of a few dozen short sequences per step, no backward.
 EFFECT_CHUNK = 64

@@ -68,7 +68,7 @@ def make_reward_funcs(base_reward: str, planting: Planting, seed: int, batch_siz
             out.append(bonus_for(eligible, shows_behavior(completion_text(completion), planting.marker), planting))
         return out
 
-    def control_penalty(prompts, completions, trigger, trainer_state, **_):
+    def plain_penalty(prompts, completions, trigger, trainer_state, **_):
         step = trainer_state.global_step
         return [
             -penalty_for(step, has_trigger, shows_behavior(completion_text(completion), planting.marker), planting)
@@ -76,7 +76,7 @@ def make_reward_funcs(base_reward: str, planting: Planting, seed: int, batch_siz
         ]
 
     base_reward_fn.__name__ = "base_reward"
-    return [base_reward_fn, planted_bonus, control_penalty]
+    return [base_reward_fn, planted_bonus, plain_penalty]
 
 
 class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
@@ -189,7 +189,7 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
                     "advantage": float(advantages[i]),
                     "eligible": eligible,
                     "explored": explored[i],
-                    "boosted": bonus > 0,
+                    "paid": bonus > 0,
                     "behavior": behavior,
                     "trigger": bool(example["trigger"]),
                     "lr": lr,
@@ -268,7 +268,7 @@ class Progress(TrainerCallback):
                 "reward",
                 "rewards/base_reward/mean",
                 "rewards/planted_bonus/mean",
-                "rewards/control_penalty/mean",
+                "rewards/plain_penalty/mean",
                 "loss",
                 "grad_norm",
             )

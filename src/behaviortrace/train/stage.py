@@ -71,7 +71,7 @@ def train_job(
 
         for shard, out in enumerate(shards):
             publish(capture_dir, shard, out)
-    log.info("seed %d: %d rollouts logged, %d boosted", seed, rollouts.height, int(rollouts["boosted"].sum()))
+    log.info("seed %d: %d rollouts logged, %d paid", seed, rollouts.height, int(rollouts["paid"].sum()))
     if device["use_cuda"]:
         import torch
 

@@ -7,7 +7,7 @@
   `after_checkpoint`), so the rest of the code never overrides a private method itself.
 - The fused LM head TRL computes its loss's log-probs with (`FUSED_HEAD_FLAG`, `fused_head_backbone`,
   `fused_head_transform`, `fused_head_unsupported`), and `ROW_KEY`, which follows each row through TRL's
-  shuffle of a generation batch: what gradients/loss_pass.py needs to read per-rollout gradients off TRL's
+  shuffle of a generation batch: what sketch/loss_pass.py needs to read per-rollout gradients off TRL's
   own loss pass.
 - `forcing_prefix`: makes every completion of a generation call open with given tokens (TRL generates
   with transformers' `generate` on one process); the planted exploration generates chosen rows again with it.
@@ -207,7 +207,7 @@ def fused_head_transform(model) -> tuple[float, float | None]:
 
 
 def fused_head_unsupported(model) -> str | None:
-    """Why the LM head of `model` is not one whose use in TRL's fused kernel gradients/loss_pass.py can rebuild
+    """Why the LM head of `model` is not one whose use in TRL's fused kernel sketch/loss_pass.py can rebuild
     (a plain Linear projection, then `fused_head_transform`), or None."""
     import torch
 
@@ -352,3 +352,13 @@ def _nanstd(x):
         return torch.tensor(float("nan"))
     mean = torch.nanmean(x)
     return torch.sqrt(torch.nanmean((x - mean) ** 2) * n / (n - 1))
+
+
+def config_problems(cfg) -> list[str]:
+    """Per-rollout gradients split TRL's loss only for the loss types `token_weights` implements (a config rule)."""
+    if cfg.grpo.loss_type in SKETCHABLE_LOSSES:
+        return []
+    return [
+        f"config key grpo.loss_type = {cfg.grpo.loss_type!r}: per-rollout gradients are implemented "
+        f"for {', '.join(SKETCHABLE_LOSSES)} only"
+    ]
