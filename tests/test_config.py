@@ -64,6 +64,11 @@ def test_left_out_keys_take_their_defaults_and_derived_lists_follow():
         "trak": {"lambda_scale": 1.0},
         "lr_norm": {"module": "norm"},
     }
+    # In the config's own order (it orders tables and jobs), the defaults it leaves out after.
+    assert list(given["estimators"])[:2] == ["lr_norm", "trak"]
+    assert list(complete({"estimators": dict(sorted(defaults()["estimators"].items()))})["estimators"]) == sorted(
+        defaults()["estimators"]
+    )
     # An unknown key is kept for the schema to name, in a section or at the top.
     with pytest.raises(ConfigError, match="'stpes' was unexpected"):
         validate({"grpo": {"stpes": 3}})

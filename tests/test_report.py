@@ -221,7 +221,7 @@ def test_replay_table_covers_every_seed_and_removal(finished_run, out):
     per_seed = 1 + len(rp["removal_percent"]) * (1 + len(rp["estimators"]) + rp["random_repeats"])
     assert table.select("seed", "removal", "removal_percent", "rep").unique().height == len(cfg["seeds"]) * per_seed
     # each measured checkpoint (window end, last step) for probes and controls
-    assert table.height == len(cfg["seeds"]) * per_seed * len(rp["checkpoints"]) * 2
+    assert table.height == len(cfg["seeds"]) * per_seed * len(rp["measure_at"]) * 2
     full = table.filter(pl.col("removal") == "full")
     assert (full["n_removed"] == 0).all() and (full["change"] == 0).all()
     assert within(full["update_error"].max(), UPDATE_TOLERANCE)  # reproduces the checkpoints (tolerance.py)

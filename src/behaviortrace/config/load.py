@@ -31,7 +31,8 @@ def _complete(cls: type, given) -> dict:
         if nested is not None:
             out[f.name] = _complete(nested, given.get(f.name, {}))
         elif f.metadata.get("instances") and isinstance(given.get(f.name), dict):
-            merged = {**_default(f), **given[f.name]}
+            # The config's own order first (it orders tables and jobs), then the defaults it leaves out.
+            merged = {**given[f.name], **{k: v for k, v in _default(f).items() if k not in given[f.name]}}
             out[f.name] = {name: entry for name, entry in merged.items() if entry is not None}
         else:
             out[f.name] = given[f.name] if f.name in given else _default(f)
