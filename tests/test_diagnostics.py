@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import polars as pl
 
 from conftest import ROOT
@@ -148,3 +149,46 @@ def test_the_gpu_check_runs_its_reduced_workflow_on_the_cpu_in_bf16(tmp_path):
     assert within(run["self_check_max"], tolerance_for("bfloat16"))
     assert run["sketch_covers_parameters"] is True and run["chat_prompts"] is True
     assert {"base_model", "train_grpo", "targets", "replay", "aggregate"} <= set(run["rule_wall_s"])
+
+
+def test_smoothness_reports_the_lds_of_the_influence_the_run_computed(finished_run, tmp_path):
+    """diagnostics/smoothness.py on a finished run: its subsets' predictions are minus the sums of the influence
+    job's own I_z, group-level subsets are whole groups, and each LDS it prints is the Spearman correlation of
+    the subsets it wrote (recomputed here from ranks)."""
+    workdir, cfg = finished_run
+    out = tmp_path / "smoothness.parquet"
+    args = ["--config", str(workdir / "config.yaml"), "--seed", "0", "--subsets", "6", "--fractions", "0.5"]
+    args += ["--directions", "1", "--h", "0.01", "--out", str(out)]
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "diagnostics" / "smoothness.py"), *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    table = pl.read_parquet(out)
+    influence = pl.read_parquet(workdir / "results" / cfg["run"] / "planted0" / "influence" / "rollouts.parquet")
+    by_id = dict(zip(influence["rollout_id"].to_list(), influence["influence"].to_list(), strict=True))
+    lds = table.filter(pl.col("kind") == "lds")
+    assert lds.height == 12 and table.filter(pl.col("kind") == "smoothness").height == 1
+    for row in lds.iter_rows(named=True):
+        expected = -sum(by_id[z] for z in row["removed"])
+        # The same sweep as the influence job's (one thread, the run's dtype): equal up to the order of the sum.
+        assert within(abs(row["predicted"] - expected), 1e-9 * max(1.0, abs(expected))), (row["predicted"], expected)
+    rollouts = pl.read_parquet(workdir / "results" / cfg["run"] / "planted0" / "rollouts.parquet")
+    group_of = dict(
+        zip(rollouts["rollout_id"].to_list(), zip(rollouts["step"], rollouts["group_id"], strict=True), strict=True)
+    )
+    sizes = rollouts.group_by("step", "group_id").len()["len"]
+    for removed in lds.filter(pl.col("level") == "group")["removed"].to_list():
+        chosen = {group_of[z] for z in removed}
+        assert len(removed) == len(chosen) * sizes[0] and sizes.n_unique() == 1  # whole groups only
+
+    def ranks(x):
+        return np.argsort(np.argsort(x))
+
+    printed = [line for line in res.stdout.splitlines() if line.strip().startswith("influence: LDS")]
+    for level, line in zip(["rollout", "group"], printed, strict=True):
+        part = lds.filter(pl.col("level") == level)
+        rho = np.corrcoef(ranks(part["predicted"].to_numpy()), ranks(part["measured"].to_numpy()))[0, 1]
+        assert f"{rho:+.3f}" in line, (level, rho, line)

@@ -32,6 +32,7 @@ from tolerance import UPDATE_TOLERANCE, within
 # visibly nonlinear (errors of 30-90% were measured on this run), at 1e-8 rounding shows.
 FD_DELTA = 1e-6
 FD_TOLERANCE = 1e-3
+ADAM_DEFAULTS = {"adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-8}  # the replay builds the configured AdamW
 STEPS = 6  # the small run's whole schedule: T = final, every step before it has rollouts to check
 
 
@@ -119,14 +120,19 @@ def test_the_differentiated_terms_have_trls_gradient(run, cpu):
 
 
 @pytest.mark.parametrize(
-    "grpo",
+    ("grpo", "clipping"),
     [
-        {},  # as trained: every step's gradient is clipped, constant learning rate, no weight decay
-        {"max_grad_norm": 2.5, "weight_decay": 0.1, "lr_scheduler": "linear", "warmup_steps": 1},
+        ({}, "every"),  # as trained: every step's gradient is clipped, constant learning rate, no weight decay
+        ({"max_grad_norm": 2.5, "weight_decay": 0.1, "lr_scheduler": "linear", "warmup_steps": 1}, "some"),
+        # AdamW's own settings away from their defaults, clipping off, a warm-up: a smooth regime's optimizer.
+        (
+            {"adam_epsilon": 1e-4, "adam_beta1": 0.8, "adam_beta2": 0.95, "max_grad_norm": 1e9, "warmup_steps": 2},
+            "none",
+        ),
     ],
-    ids=["as_trained", "mixed_clipping_decay_schedule"],
+    ids=["as_trained", "mixed_clipping_decay_schedule", "adam_settings_no_clipping"],
 )
-def test_influence_matches_central_differences_of_retraining(run, cpu, tmp_path, grpo):
+def test_influence_matches_central_differences_of_retraining(run, cpu, tmp_path, grpo, clipping):
     traj, objective = trajectory(run, cpu, torch.float64, **grpo)
     with full_precision(traj.model):
         result, store = influence(traj, objective, tmp_path, keep=range(STEPS))
@@ -144,10 +150,10 @@ def test_influence_matches_central_differences_of_retraining(run, cpu, tmp_path,
         assert within(abs(coarser - fd), FD_TOLERANCE * abs(fd)), (step, fd, coarser)  # delta in the stable range
     limit = typed({**run["cfg"], "grpo": {**run["cfg"]["grpo"], **grpo}}).grpo.max_grad_norm
     clipped = np.array(result.grad_norms) > limit
-    if grpo:
-        assert clipped.any() and not clipped.all(), result.grad_norms  # both branches of clipping checked
-    else:
-        assert clipped.all()
+    expected = {"every": clipped.all(), "some": clipped.any() and not clipped.all(), "none": not clipped.any()}
+    assert expected[clipping], result.grad_norms  # each branch of the clipping adjoint is checked by some case
+    settings = traj.optimizer.param_groups[0]
+    assert (*settings["betas"], settings["eps"]) == tuple(grpo.get(k, d) for k, d in ADAM_DEFAULTS.items())
     # Scaling a clipped step's whole loss leaves its clipped gradient as it is (up to the 1e-6 torch adds to the
     # norm), so its rollouts' influences sum to zero: an independent check of the clipping adjoint.
     for step in np.flatnonzero(clipped):

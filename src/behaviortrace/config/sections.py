@@ -207,8 +207,17 @@ class Grpo:
     lr_scheduler: str = key("constant", "any transformers scheduler name (constant, linear, cosine, ...)")
     warmup_steps: int = key(0, "learning-rate warm-up steps", minimum=0)
     weight_decay: float = key(0.0, "AdamW weight decay", minimum=0)
+    adam_beta1: float = key(0.9, "AdamW's first-moment decay", minimum=0, exclusiveMaximum=1)
+    adam_beta2: float = key(0.999, "AdamW's second-moment decay", minimum=0, exclusiveMaximum=1)
+    adam_epsilon: float = key(
+        1.0e-8,
+        "AdamW's epsilon, added to sqrt(v); larger values make training smoother in the data (docs/influence.md)",
+        exclusiveMinimum=0,
+    )
     max_grad_norm: float = key(
-        1.0, "gradient clipping threshold (the clip coefficient is logged per step)", exclusiveMinimum=0
+        1.0,
+        "gradient clipping threshold (the clip coefficient is logged per step; a large value, 1e9, never clips)",
+        exclusiveMinimum=0,
     )
     loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo"] = key("dapo", "TRL loss type")
     beta: float = key(
