@@ -330,7 +330,12 @@ def test_coercion_reads_only_what_the_schema_does_not_take_as_a_string():
     raw["targets"]["checkpoints"] = ["0", "20"]
     raw["planting"]["window"] = "[0, 49]"
     raw["estimators"]["trak"] = {"lambda_scale": "0.2", "form": "auto"}  # no schema: read as YAML
+    raw["grpo"]["max_grad_norm"] = "1e9"  # what PyYAML makes of `max_grad_norm: 1e9` in a config file
+    raw["grpo"]["adam_epsilon"] = "1E-3"
+    raw["planting"]["marker"] = "1e9"  # a string where a string is wanted stays one
     typed = typed_values(raw)
+    assert typed["grpo"]["max_grad_norm"] == 1e9 and typed["grpo"]["adam_epsilon"] == 1e-3
+    assert typed["planting"]["marker"] == "1e9"
     assert typed["run"] == "007" and typed["planting"]["trigger"] == "123abc"
     assert typed["targets"]["checkpoints"] == [0, 20] and typed["planting"]["window"] == [0, 49]
     assert typed["estimators"]["trak"] == {"lambda_scale": 0.2, "form": "auto"}
