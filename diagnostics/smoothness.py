@@ -1,7 +1,7 @@
 """Can the exact influence of a finished run predict what removing data does? Metasmoothness and the LDS.
 
 For one seed of a finished run (its rollouts, checkpoints, probes and config), with T as the run's
-`influence.measure_at`:
+`influence.measure_at` or `--end` (a T where f still moves):
 
 - I_z for every rollout before T (the influence job's reverse sweep, in the run's influence.dtype);
 - metasmoothness along `--directions` random data-weight directions d (+-1 per rollout before T), at
@@ -63,6 +63,7 @@ def main() -> None:
     parser.add_argument("--levels", nargs="+", default=["rollout", "group"], choices=["rollout", "group"])
     parser.add_argument("--directions", type=int, default=3)
     parser.add_argument("--h", type=float, nargs="+", default=[0.01, 0.1])
+    parser.add_argument("--end", type=int, default=None, help="T (default: the run's influence.measure_at)")
     parser.add_argument("--draw-seed", type=int, default=0, help="seed of the subsets and directions")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -72,7 +73,9 @@ def main() -> None:
     seed_dir = run_dir / f"planted{args.seed}"
     paths = (seed_dir / "rollouts.parquet", seed_dir / "checkpoints.json", run_dir / "base_model")
     paths += (run_dir / "data" / "probe_prompts.parquet",)
-    end = end_step(cfg)
+    end = args.end or end_step(cfg)
+    if not 0 < end <= cfg.grpo.steps:
+        parser.error(f"--end {end}: T must be a step of the run, 1 to grpo.steps = {cfg.grpo.steps}")
     traj, objective, _, rollouts, _ = setup(cfg, *paths, cfg.influence.dtype)
     rows = []
     with tempfile.TemporaryDirectory() as tmp, full_precision(traj.model):

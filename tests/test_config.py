@@ -322,8 +322,9 @@ def test_command_line_values_are_typed_as_yaml_would_type_them(override, rule, c
     assert _job_count(res.stdout + res.stderr, rule) == count
 
 
-def test_coercion_reads_only_what_the_schema_does_not_take_as_a_string():
+def test_coercion_reads_only_what_the_schema_does_not_take_as_a_string(tmp_path):
     from behaviortrace.config.load import typed_values
+    from behaviortrace.configure import load
 
     raw = _with("run", "007")
     raw["planting"]["trigger"] = "123abc"  # a string where a string is wanted stays one
@@ -336,6 +337,8 @@ def test_coercion_reads_only_what_the_schema_does_not_take_as_a_string():
     typed = typed_values(raw)
     assert typed["grpo"]["max_grad_norm"] == 1e9 and typed["grpo"]["adam_epsilon"] == 1e-3
     assert typed["planting"]["marker"] == "1e9"
+    (tmp_path / "config.yaml").write_text("grpo:\n  max_grad_norm: 1e9\n")  # a config file read outside Snakemake
+    assert load(tmp_path / "config.yaml").grpo.max_grad_norm == 1e9
     assert typed["run"] == "007" and typed["planting"]["trigger"] == "123abc"
     assert typed["targets"]["checkpoints"] == [0, 20] and typed["planting"]["window"] == [0, 49]
     assert typed["estimators"]["trak"] == {"lambda_scale": 0.2, "form": "auto"}

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from behaviortrace.config import rules
-from behaviortrace.config.load import complete
+from behaviortrace.config.load import complete, typed_values
 from behaviortrace.config.schema import ConfigError, check_schema
 from behaviortrace.config.sections import Config
 from behaviortrace.model import vocab
@@ -50,4 +50,5 @@ def parse(raw: dict) -> Config:
 
 
 def load(path: str | Path) -> Config:
-    return parse(yaml.safe_load(Path(path).read_text()) or {})
+    """A config file, typed as the workflow types it (`1e9` is a number) and checked."""
+    return parse(typed_values(yaml.safe_load(Path(path).read_text()) or {}))
