@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from behaviortrace.config.schema import ConfigError
-from behaviortrace.configure import validate
+from behaviortrace.configure import parse, validate
 from conftest import ROOT, default_config
 
 
@@ -24,9 +24,12 @@ def _with(path: str, value):
     return cfg
 
 
-def test_default_and_paper_configs_are_valid():
+def test_every_preset_is_valid():
     validate(default_config())
-    validate(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
+    presets = sorted((ROOT / "config").glob("*.yaml"))
+    assert {p.name for p in presets} >= {"config.yaml", "paper.yaml", "smooth.yaml"}
+    for preset in presets:
+        validate(yaml.safe_load(preset.read_text()))
 
 
 def test_presets_hold_only_what_differs_from_the_defaults():
@@ -130,6 +133,8 @@ def test_the_reference_page_is_generated_from_the_definitions():
         ("task.prompt_format", "chat", "task.prompt_format = 'chat': the built-in tiny model's tokenizer has no chat"),
         ("compute.dtype", "float16", "compute.dtype = 'float16'"),
         ("influence.measure_at", "middle", "influence.measure_at = 'middle'"),
+        ("influence.measure_at", 0, "influence.measure_at = 0"),
+        ("influence.measure_at", 10_000, "influence.measure_at = 10000: past the last step (grpo.steps = 200)"),
         ("influence.dtype", "bfloat16", "influence.dtype = 'bfloat16'"),
         ("influence.lds_subsets", 2, "influence.lds_subsets = 2: a rank correlation over subsets needs at least 3"),
         ("influence.lds_fraction", 1.0, "influence.lds_fraction = 1.0"),
@@ -359,3 +364,11 @@ def test_plants_that_cannot_work_are_rejected_naming_the_key(path, value, expect
     with pytest.raises(ConfigError, match=re.escape(expected)):
         validate(_with(path, value))
     validate(_with(path, "WXQZ"))  # an unused word is fine
+
+
+@pytest.mark.parametrize("measure_at, expected", [("window_end", 50), ("final", 200), (10, 10)])
+def test_influence_measure_at_names_a_checkpoint_or_a_step(measure_at, expected):
+    """T for the exact influence: a named checkpoint of the schedule, or any step where f still moves."""
+    from behaviortrace.influence.stage import end_step
+
+    assert end_step(parse(_with("influence.measure_at", measure_at))) == expected

@@ -13,13 +13,14 @@ import polars as pl
 import pytest
 import torch
 
+from behaviortrace.evaluate import correlation
 from behaviortrace.gradients.batch import completion_logps
 from behaviortrace.influence.adjoint import surrogate_terms
 from behaviortrace.influence.metagradient import StateStore, exact_influence
 from behaviortrace.influence.objective import ForcedTarget
 from behaviortrace.influence.precision import full_precision
 from behaviortrace.influence.retrain import central_difference, value_after
-from behaviortrace.influence.table import pearson, precision_at_top, spearman, top_share
+from behaviortrace.influence.table import given_step, pearson, precision_at_top, spearman, top_share
 from behaviortrace.influence.trajectory import Trajectory
 from behaviortrace.model import models
 from behaviortrace.replay.retrain import update_error, weight_difference
@@ -246,6 +247,29 @@ def test_correlations_are_polars_ranks_and_numpy():
     assert spearman(x, y) == pytest.approx(np.corrcoef(rx, ry)[0, 1])
     assert pearson(x, y) == pytest.approx(np.corrcoef(x, y)[0, 1])
     assert np.isnan(spearman(np.ones(5), y[:5]))
+
+
+def test_agreement_given_the_step_is_the_correlation_of_rank_residuals():
+    """The partial Spearman against an independent computation: regress each rank vector on the step ranks by
+    least squares and correlate the residuals. Two series that share only a decay over the steps agree highly
+    (Spearman) and not at all given the step."""
+    rng = np.random.default_rng(3)
+    steps = np.arange(50.0)
+    trend = np.exp(-steps / 10)
+    x, y = trend + 0.05 * rng.normal(size=50), trend + 0.05 * rng.normal(size=50)
+    design = np.column_stack([np.ones(50), correlation.ranks(steps)])
+
+    def residual(v):
+        r = correlation.ranks(v)
+        return r - design @ np.linalg.lstsq(design, r, rcond=None)[0]
+
+    expected = np.corrcoef(residual(x), residual(y))[0, 1]
+    assert correlation.partial_spearman(x, y, steps) == pytest.approx(expected, abs=1e-12)
+    assert spearman(x, y) > 0.8
+    assert abs(correlation.partial_spearman(x, y, steps)) < 0.3
+    shared = 0.05 * rng.normal(size=50)  # a common part beyond the trend survives
+    assert correlation.partial_spearman(trend + shared + 0.01 * rng.normal(size=50), trend + shared, steps) > 0.8
+    assert np.isnan(given_step(x[:3], y[:3], steps[:3]))
 
 
 # The rules on a real Snakemake run of the small config ------------------------------------------------

@@ -95,6 +95,11 @@ def _analysis(cfg: Config) -> list[str]:
     if replay.draw >= cfg.targets.draws:
         problems.append(f"config key replay.draw = {replay.draw}: only {cfg.targets.draws} draws (targets.draws)")
     influence = cfg.influence
+    if isinstance(influence.measure_at, int) and influence.measure_at > cfg.grpo.steps:
+        problems.append(
+            f"config key influence.measure_at = {influence.measure_at}: past the last step "
+            f"(grpo.steps = {cfg.grpo.steps})"
+        )
     if 0 < influence.lds_subsets < 3:
         problems.append(
             f"config key influence.lds_subsets = {influence.lds_subsets}: a rank correlation over subsets needs "

@@ -351,8 +351,11 @@ class Influence:
     """Exact influence (rules influence, influence_set): every rollout's I_z = d f(w_T) / d eps_z, f the forced
     target's mean log-prob on the probes, through the replayed training (docs/influence.md)."""
 
-    measure_at: CheckpointName = key(
-        "window_end", "T: window_end (the checkpoint after the window's last step) or final (the last step)"
+    measure_at: CheckpointName | int = key(
+        "window_end",
+        "T: window_end (the checkpoint after the window's last step), final (the last step), or a step number "
+        "(a T where f still moves: a derivative predicts removals only there, docs/influence.md)",
+        schema={"oneOf": [{"enum": ["window_end", "final"]}, {"type": "integer", "minimum": 1}]},
     )
     dtype: Literal["float32", "float64"] = key(
         "float32", "float32 (as trained) or float64 (exact arithmetic: FD checks agree to ~1e-6; ~2.5x the time)"

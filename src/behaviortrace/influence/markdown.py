@@ -43,6 +43,7 @@ def agreement(table: pl.DataFrame) -> list[str]:
         1 for a, b in zip(paid_positive, paid_rollouts, strict=True) if a is not None and b is not None and a > b
     )
     effect_abs = per_seed(estimator="step_effect", level="step", metric="spearman_abs")
+    effect_abs_given = per_seed(estimator="step_effect", level="step", metric="spearman_abs_given_step")
     labels_steps = per_seed(estimator="labels", level="step", metric="spearman_abs")
     predicted = per_seed(estimator="oracle", level="set", metric="predicted_change")
     measured = per_seed(estimator="oracle", level="set", metric="measured_change")
@@ -59,8 +60,9 @@ def agreement(table: pl.DataFrame) -> list[str]:
         f"carry {_span(paid_positive)} of the summed positive influence, more than their share on {more} of {n} "
         f"seeds; Spearman of the paid label with I {_span(label_rho)}.",
         f"- Per-step effect and exact influence: Spearman of each step's measured change of f with the step's "
-        f"summed |I| {_span(effect_abs)} (the steps that moved f are the steps whose rollouts matter at T where "
-        "this is high).",
+        f"summed |I| {_span(effect_abs)}, {_span(effect_abs_given)} given the step number (the steps that moved f "
+        "are the steps whose rollouts matter at T where this is high; given the step number, beyond a trend that "
+        "both share over the steps).",
         f"- Labels per step and exact influence per step: Spearman of the number of paid rollouts per step with the "
         f"step's summed |I| {_span(labels_steps)} (negative: the steps that paid most are not the steps whose "
         "rollouts matter).",
@@ -142,6 +144,7 @@ def to_markdown(table: pl.DataFrame, top: pl.DataFrame) -> str:
         ("labels", "step", "spearman_abs", "paid per step vs abs(I) summed per step: Spearman"),
         ("step_effect", "step", "spearman", "measured per-step change of f vs I summed per step: Spearman"),
         ("step_effect", "step", "spearman_abs", "measured per-step change of f vs abs(I) summed per step: Spearman"),
+        ("step_effect", "step", "spearman_abs_given_step", "the same, given the step number (partial Spearman)"),
     ):
         part = table.filter((pl.col("level") == level) & (pl.col("stratum") == "all"))
         rows.append(

@@ -12,10 +12,11 @@ window and after it, each taken where it holds rollouts.
   `paid_share_of_positive_influence` (the paid rollouts' part of the summed positive I) beside
   `paid_share_of_rollouts`.
 - level step: `spearman`, `pearson` of the step scores with the per-step sums of I, `spearman_abs` with the
-  per-step sums of |I|; `labels` is the number of paid rollouts per step and `step_effect` the measured per-step
-  change of f (the step log's effect ground truth). At a step whose gradient was clipped the I_z sum to zero (scaling
-  the whole step leaves its clipped gradient as it is), so there only the sums of |I| say how much the step's
-  rollouts mattered.
+  per-step sums of |I|, `spearman_given_step` and `spearman_abs_given_step` the same Spearman correlations given
+  the step number (partial rank correlation: the agreement left once a shared trend over the steps is out);
+  `labels` is the number of paid rollouts per step and `step_effect` the measured per-step change of f (the step
+  log's effect ground truth). At a step whose gradient was clipped the I_z sum to zero (scaling the whole step
+  leaves its clipped gradient as it is), so there only the sums of |I| say how much the step's rollouts mattered.
 - level subset: `lds`, the linear datamodeling score: over random subsets retrained with their shares
   zeroed, the Spearman correlation between the subset's summed scores (with minus sign: leaving out
   rollouts that raise f lowers it) and the measured change of f(w_T); for `influence` (I itself), every
@@ -84,6 +85,11 @@ def pearson(x: np.ndarray, y: np.ndarray) -> float:
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
     return pearson(correlation.ranks(x), correlation.ranks(y))
+
+
+def given_step(x: np.ndarray, y: np.ndarray, steps: np.ndarray) -> float:
+    """Spearman of x and y given the step number; NaN with fewer than 4 steps."""
+    return correlation.partial_spearman(x, y, steps) if len(x) >= 4 else float("nan")
 
 
 def top_share(scores: np.ndarray, m: int) -> np.ndarray:
@@ -164,7 +170,9 @@ def share_rows(key: tuple, labels: np.ndarray, influence: np.ndarray) -> list:
 
 
 def step_rows(key: tuple, step_scores: np.ndarray, step_influence: pl.DataFrame, steps: np.ndarray, window) -> list:
-    """Step scores against the step's summed I (`spearman`, `pearson`) and summed |I| (`spearman_abs`)."""
+    """Step scores against the step's summed I (`spearman`, `pearson`) and summed |I| (`spearman_abs`), and both
+    Spearman correlations given the step number (`spearman_given_step`, `spearman_abs_given_step`): scores and I
+    that both decay with the step agree on that trend alone."""
     out = []
     signed, magnitude = step_influence["influence"].to_numpy(), step_influence["abs_influence"].to_numpy()
     for stratum, mask in strata_masks(steps, window).items():
@@ -172,6 +180,10 @@ def step_rows(key: tuple, step_scores: np.ndarray, step_influence: pl.DataFrame,
         out.append(_row(*key, "step", stratum, "spearman", spearman(s, i), n))
         out.append(_row(*key, "step", stratum, "pearson", pearson(s, i), n))
         out.append(_row(*key, "step", stratum, "spearman_abs", spearman(s, magnitude[mask]), n))
+        out.append(_row(*key, "step", stratum, "spearman_given_step", given_step(s, i, steps[mask]), n))
+        out.append(
+            _row(*key, "step", stratum, "spearman_abs_given_step", given_step(s, magnitude[mask], steps[mask]), n)
+        )
     return out
 
 
