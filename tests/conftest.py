@@ -198,6 +198,26 @@ def finished_run(tmp_path_factory):
     cfg = small_config()
     cfg.update(run="wf", seeds=[0, 1])
     cfg["planting"]["fraction"] = 1.0  # more paid rollouts in a six-step run
+    # The smooth regime (docs/influence.md: AdamW's epsilon well above 1e-8, no clipping), where the exact
+    # influence is the positive control of the checklist's LDS items; the LDS at both levels, and
+    # leave-one-step-out. Small subsets (10% and 25% of the 9 groups and 36 rollouts before T): at 50% a
+    # look-up of the reward predicted this run's removals as well as I did (margin -0.00 [-0.12, +0.11]).
+    cfg["grpo"].update(adam_epsilon=1e-3, max_grad_norm=1e9)
+    cfg["influence"].update(lds_subsets=60, lds_percents=[10, 25], leave_step_out=True, bootstrap=500)
+    (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
+    res = snakemake(workdir)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return workdir, cfg
+
+
+@pytest.fixture(scope="session")
+def second_study(finished_run, tmp_path_factory):
+    """The same small study with other training seeds (their own sampling of every rollout): a rerun that
+    three-valued verdicts must not contradict."""
+    workdir = tmp_path_factory.mktemp("second_study")
+    cfg = copy.deepcopy(finished_run[1])
+    cfg.update(seeds=[2, 3])
+    cfg["placebo"]["seeds"] = [2]
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
     res = snakemake(workdir)
     assert res.returncode == 0, res.stderr[-4000:]

@@ -48,7 +48,7 @@ def test_the_figure_draws_the_cells_the_checklist_judges():
 
 def test_the_figure_fits_a_page(tmp_path):
     path = tmp_path / "influence.png"
-    influence_figure(_table(), "forced", 0.3, path, LOG_ONLY)
+    influence_figure(_table(), "forced", path, LOG_ONLY)
     image = np.asarray(Image.open(path).convert("L"))
     height, width = image.shape
     assert 500 <= width <= 1600 and 300 <= height <= 1200, image.shape

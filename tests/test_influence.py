@@ -305,7 +305,20 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     expected = {(a, s, d, e, t) for a, s in runs for d in range(cfg["targets"]["draws"]) for e, t in keys}
     assert expected <= set(rollout.select("arm", "seed", "draw", "estimator", "target").rows())
     lds = table.filter(pl.col("metric") == "lds")
-    assert {"influence", "labels"} <= set(lds["estimator"]) and (lds["n"] == cfg["influence"]["lds_subsets"]).all()
+    assert {"influence", "labels", "earlier", "datamodel"} <= set(lds["estimator"])
+    assert (lds["n"] == cfg["influence"]["lds_subsets"]).all() and set(lds["level"]) == {
+        "rollout_subset",
+        "group_subset",
+    }
+    low, high = (
+        lds.select("arm", "seed", "draw", "estimator", "target", "level", "removal_percent").join(
+            table.filter(pl.col("metric") == m),
+            on=["arm", "seed", "draw", "estimator", "target", "level", "removal_percent"],
+            nulls_equal=True,
+        )["value"]
+        for m in ("lds_low", "lds_high")
+    )
+    assert ((low <= lds["value"] + 1e-12) & (lds["value"] <= high + 1e-12)).fill_null(True).all()
     sets = table.filter(pl.col("level") == "set")
     assert set(sets["estimator"]) == {"oracle", *cfg["influence"]["sets"]} and set(sets["arm"]) == {"planted"}
     # Spot checks against the files, computed independently.
@@ -323,10 +336,19 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     assert cell["value"][0] == pytest.approx(np.corrcoef(*ranks)[0, 1]) and cell["n"][0] == infl.height
     summary = json.loads((seed_dir / "influence" / "summary.json").read_text())
     retrained = pl.read_parquet(seed_dir / "influence" / "retrain.parquet")
-    subsets = retrained.filter(pl.col("kind") == "lds").sort("index")
+    subsets = retrained.filter((pl.col("kind") == "lds") & (pl.col("level") == "rollout")).sort(
+        "removal_percent", "index"
+    )
+    subsets = subsets.filter(pl.col("removal_percent") == subsets["removal_percent"][0])
     predicted = [-infl.filter(pl.col("rollout_id").is_in(ids))["influence"].sum() for ids in subsets["removed_ids"]]
     measured = subsets["f"].to_numpy() - summary["f_end"]
-    lds_cell = lds.filter((pl.col("arm") == "planted") & (pl.col("seed") == 0) & (pl.col("estimator") == "influence"))
+    lds_cell = lds.filter(
+        (pl.col("arm") == "planted")
+        & (pl.col("seed") == 0)
+        & (pl.col("estimator") == "influence")
+        & (pl.col("level") == "rollout_subset")
+        & (pl.col("removal_percent") == subsets["removal_percent"][0])
+    )
     assert lds_cell["value"][0] == pytest.approx(spearman(np.array(predicted), measured))
     assert infl.height == (summary["end"]) * cfg["grpo"]["prompts_per_step"] * cfg["grpo"]["num_generations"]
     top = pl.read_parquet(out / "tables" / "influence_top.parquet")
@@ -342,7 +364,17 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     text = (out / "tables" / "influence.md").read_text()
     assert "Most influential rollouts" in text and "Where the ground truths agree and where they part" in text
     assert "Exact influence" in (out / "results.md").read_text()
-    assert "tracks_influence" in (out / "checklist.md").read_text()
+    assert "lds_rollout" in (out / "checklist.md").read_text()
+    # Leave-one-step-out: one retraining per step before T, each zeroing exactly that step's rollouts.
+    steps_out = retrained.filter(pl.col("kind") == "step").sort("index")
+    assert steps_out["index"].to_list() == list(range(summary["end"]))
+    log_steps = dict(pl.read_parquet(seed_dir / "rollouts.parquet").select("rollout_id", "step").iter_rows())
+    assert all(
+        {log_steps[z] for z in ids} == {s} for s, ids in zip(steps_out["index"], steps_out["removed_ids"], strict=True)
+    )
+    assert {"influence", "step_effect", "earlier", "labels"} <= set(
+        table.filter(pl.col("level") == "step_out")["estimator"]
+    )
     assert (out / "figures" / "influence.png").stat().st_size > 10_000
     assert "backward: " in (out / "logs" / "influence" / "planted0.log").read_text()
 
@@ -368,3 +400,39 @@ def test_the_finite_difference_diagnostic_agrees_on_a_finished_run(finished_run,
     assert within(table["relative_error"].to_numpy(), FD_TOLERANCE), table
     # The run computed its influence in float64 too (the small config), so the two agree to rounding.
     assert "the run's influence vs float64: Spearman 1.0000" in res.stdout
+
+
+def test_each_lds_resample_is_the_spearman_of_the_resampled_subsets():
+    """The bootstrap values are the Spearman correlation of each resample of subsets, recomputed with polars'
+    average ranks; the interval holds the point and is paired across attributions (the same draws)."""
+    from behaviortrace.influence.lds import Resamples, interval
+
+    rng = np.random.default_rng(0)
+    changes = rng.normal(size=30)
+    predicted = changes + rng.normal(size=30)
+    resamples = Resamples(changes, 200, 0, "test")
+    point, samples = resamples.lds(predicted)
+    assert point == pytest.approx(spearman(predicted, changes))
+    for b in range(0, 200, 37):
+        i = resamples.index[b]
+        ranks = [pl.Series(v[i]).rank("average").to_numpy() for v in (predicted, changes)]
+        assert samples[b] == pytest.approx(np.corrcoef(*ranks)[0, 1])
+    low, high = interval(samples)
+    assert low < point < high
+    assert np.array_equal(Resamples(changes, 200, 0, "test").index, resamples.index)
+
+
+def test_the_cross_fitted_datamodel_recovers_an_additive_truth_without_seeing_what_it_predicts():
+    """Changes that are a sum over the zeroed units are predicted on held-out subsets; a subset's prediction does
+    not depend on its own measured change (each half is fit on the other)."""
+    from behaviortrace.influence.datamodel import cross_fitted
+
+    rng = np.random.default_rng(1)
+    membership = (rng.random((200, 40)) < 0.3).astype(float)
+    changes = membership @ rng.normal(size=40) + 0.01 * rng.normal(size=200)
+    predicted = cross_fitted(membership, changes)
+    assert spearman(predicted, changes) > 0.95
+    moved = changes.copy()
+    moved[::2] += 100 * rng.normal(size=100)  # the even subsets' own changes
+    assert np.allclose(cross_fitted(membership, moved)[::2], predicted[::2])
+    assert not np.allclose(cross_fitted(membership, moved)[1::2], predicted[1::2])

@@ -142,14 +142,20 @@ def test_residualization_verdict_recomputed(metrics, checklist, estimator):
         metric="within_group_auc_fluency_resid",
     )
     assert rows
-    expected = "pass" if all(r["ci_low"] > 0.5 for r in rows) else "fail"
+    expected = (
+        "fail"
+        if any(r["ci_high"] < 0.5 for r in rows)
+        else "pass"
+        if all(r["ci_low"] > 0.5 for r in rows)
+        else "inconclusive"
+    )
     assert checklist["estimators"][estimator]["survives_fluency_residualization"]["verdict"] == expected
 
 
 @pytest.mark.parametrize("estimator", ["gas", "tracincp", "random", "fluency"])
 def test_beats_norm_at_rollout_level_verdict_recomputed(metrics, checklist, estimator):
     target = "none" if estimator in ("fluency", "random") else "in_context"
-    beaten = []
+    beaten, below = [], []
     for r in _rows(
         metrics,
         arm="planted",
@@ -170,8 +176,9 @@ def test_beats_norm_at_rollout_level_verdict_recomputed(metrics, checklist, esti
             draw=r["draw"],
         )[0]
         beaten.append(r["ci_low"] > norm["ci_high"])
+        below.append(r["ci_high"] < norm["ci_low"])
     assert beaten
-    expected = "pass" if all(beaten) else "fail"
+    expected = "fail" if any(below) else "pass" if all(beaten) else "inconclusive"
     assert checklist["estimators"][estimator]["beats_norm_rollout"]["verdict"] == expected
     assert checklist["estimators"]["norm"]["beats_norm_rollout"]["verdict"] == "n/a"
 
@@ -179,10 +186,10 @@ def test_beats_norm_at_rollout_level_verdict_recomputed(metrics, checklist, esti
 def test_checklist_lists_every_item_threshold_and_estimator(finished_run, out, checklist):
     _, cfg = finished_run
     assert checklist["thresholds"] == cfg["checklist"]
-    assert set(checklist["estimators"]) == set(cfg["estimators"])
+    assert set(checklist["estimators"]) == set(cfg["estimators"]) | {"influence", "datamodel", "earlier"}
     for row in checklist["estimators"].values():
         assert set(row) == set(checklist["items"])
-        assert all(v["verdict"] in ("pass", "fail", "n/a") and v["detail"] for v in row.values())
+        assert all(v["verdict"] in ("pass", "fail", "inconclusive", "n/a") and v["detail"] for v in row.values())
     text = (out / "checklist.md").read_text()
     for key, value in cfg["checklist"].items():
         assert f"- `{key}`: {value}" in text
@@ -324,13 +331,23 @@ def test_tracks_effect_verdict_recomputed(finished_run, metrics, checklist):
     _, cfg = finished_run
     limits = cfg["checklist"]
     for estimator, row in checklist["estimators"].items():
-        values = [
-            r["value"]
+        cells = [
+            (r["ci_low"], r["ci_high"])
             for r in _rows(metrics, arm="planted", estimator=estimator, stratum="all", level="effect")
             if r["metric"] == limits["effect_metric"] and r["target"] in (limits["effect_target_kind"], "none")
         ]
-        assert len(values) == len(cfg["seeds"]) * cfg["targets"]["draws"]
-        want = "pass" if all(v >= limits["min_effect_correlation"] for v in values) else "fail"
+        if estimator in ("influence", "datamodel", "earlier"):  # reference rows: judged on the LDS items only
+            assert not cells and row["tracks_effect"]["verdict"] == "n/a"
+            continue
+        assert len(cells) == len(cfg["seeds"]) * cfg["targets"]["draws"]
+        limit = limits["min_effect_correlation"]
+        want = (
+            "fail"
+            if any(high < limit for _, high in cells)
+            else "pass"
+            if all(low >= limit for low, _ in cells)
+            else "inconclusive"
+        )
         assert row["tracks_effect"]["verdict"] == want, estimator
 
 
@@ -344,37 +361,123 @@ def _spearman_by_hand(x, y):
     return float(np.corrcoef(ranks(x), ranks(y))[0, 1])
 
 
-def test_tracks_influence_verdict_recomputed(finished_run, out, checklist):
-    """Spearman of each score file with each planted seed's I (rollouts before T), against the threshold and the
-    strongest log-only control, recomputed from the per-seed files."""
+def _lds_verdict_by_hand(table: pl.DataFrame, name: str, level: str, limit: float, log_only: set, target: str) -> str:
+    """The LDS item's rule, from the influence table's rows: cells whose ceiling (exact influence, datamodel)
+    lies wholly below the threshold or below a log-only control are skipped; a cell passes where its interval
+    (and, unless the estimator is log-only, its margin over the log-only controls) clears, fails where one lies
+    wholly on the wrong side."""
+    value = {}
+    for r in table.filter((pl.col("arm") == "planted") & (pl.col("level") == f"{level}_subset")).iter_rows(named=True):
+        if r["target"] in (target, "none"):
+            value[r["seed"], r["removal_percent"], r["estimator"], r["draw"], r["metric"]] = r["value"]
+    cells = {(s, p) for s, p, *_ in value}
+    ceiling = ("influence", "datamodel")
+    open_cells = {
+        (s, p)
+        for s, p in cells
+        if max(value[s, p, e, None, "lds_high"] for e in ceiling) >= limit
+        and max(value[s, p, e, None, "lds_over_log_only_high"] for e in ceiling) >= 0
+    }
+    if not open_cells:
+        return "n/a"
+    verdicts = []
+    for (s, p, e, d, metric), low in value.items():
+        if e != name or metric != "lds_low" or (s, p) not in open_cells:
+            continue
+        high = value[s, p, e, d, "lds_high"]
+        margin = (
+            None
+            if name in log_only
+            else (value[s, p, e, d, "lds_over_log_only_low"], value[s, p, e, d, "lds_over_log_only_high"])
+        )
+        clears = low >= limit and (margin is None or margin[0] > 0)
+        below = high < limit or (margin is not None and margin[1] < 0)
+        verdicts.append("pass" if clears else "fail" if below else "inconclusive")
+    return "fail" if "fail" in verdicts else "inconclusive" if "inconclusive" in verdicts else "pass"
+
+
+def test_lds_values_and_verdicts_recomputed(finished_run, out, checklist):
+    """Every score file's LDS at each level and subset size, recomputed by hand from the per-seed files (the
+    retrained subsets, f(w_T), the scores); each LDS verdict from the table's intervals by the item's rule."""
     _, cfg = finished_run
     limits = cfg["checklist"]
+    target = limits["effect_target_kind"]
     instances = contract.instances(cfg["estimators"])
-    log_only = [name for name, inst in instances.items() if inst.log_only]
-    rho = {}
+    log_only = {name for name, inst in instances.items() if inst.log_only}
+    table = pl.read_parquet(out / "tables" / "influence.parquet")
+    lds = table.filter((pl.col("arm") == "planted") & (pl.col("metric") == "lds"))
+    checked = 0
     for seed in cfg["seeds"]:
-        infl = pl.read_parquet(out / f"planted{seed}" / "influence" / "rollouts.parquet").sort("rollout_id")
-        for name, inst in instances.items():
-            target = limits["effect_target_kind"] if inst.uses_target else "none"
-            for draw in range(cfg["targets"]["draws"]):
-                name_of_file = f"draw{draw if inst.uses_target else 0}_{target}.parquet"
-                file = out / f"planted{seed}" / "scores" / name / name_of_file
-                scores = pl.read_parquet(file).join(infl, on="rollout_id").sort("rollout_id")
-                assert scores.height == infl.height
-                rho[name, seed, draw] = _spearman_by_hand(scores["score"], scores["influence"])
-    assert len(log_only) >= 2
-    for name in instances:
-        ok = []
-        for (est, seed, draw), value in rho.items():
-            if est != name:
-                continue
-            bar = max(rho[c, seed, draw] for c in log_only if c != name)
-            ok.append(value >= limits["min_influence_spearman"] and (name in log_only or value > bar))
-        verdict = checklist["estimators"][name]["tracks_influence"]
-        assert verdict["numbers"]["values"] == pytest.approx(
-            [rho[name, s, d] for s in cfg["seeds"] for d in range(cfg["targets"]["draws"])], abs=1e-9
-        )
-        assert verdict["verdict"] == ("pass" if all(ok) else "fail"), name
+        folder = out / f"planted{seed}"
+        f_end = json.loads((folder / "influence" / "summary.json").read_text())["f_end"]
+        retrained = pl.read_parquet(folder / "influence" / "retrain.parquet").filter(pl.col("kind") == "lds")
+        assert set(retrained["level"]) == {"rollout", "group"}
+        assert set(retrained["removal_percent"]) == set(cfg["influence"]["lds_percents"])
+        for (level, pct), part in retrained.group_by("level", "removal_percent"):
+            assert part.height == cfg["influence"]["lds_subsets"]
+            changes = (part["f"] - f_end).to_list()
+            for name, inst in instances.items():
+                kind = target if inst.uses_target else "none"
+                score = dict(
+                    pl.read_parquet(folder / "scores" / name / f"draw0_{kind}.parquet")
+                    .select("rollout_id", "score")
+                    .iter_rows()
+                )
+                # Sums to 12 significant digits: equal in exact arithmetic means tied (influence/lds.py).
+                predicted = [float(f"{-sum(score[z] for z in ids):.12g}") for ids in part["removed_ids"]]
+                row = lds.filter(
+                    (pl.col("seed") == seed)
+                    & (pl.col("draw") == 0)
+                    & (pl.col("estimator") == name)
+                    & (pl.col("target") == kind)
+                    & (pl.col("level") == f"{level}_subset")
+                    & (pl.col("removal_percent") == pct)
+                )
+                assert row["value"].to_list() == pytest.approx([_spearman_by_hand(predicted, changes)], abs=1e-9)
+                checked += 1
+    assert checked == len(cfg["seeds"]) * 4 * len(instances)
+    for name in [*instances, "influence", "datamodel", "earlier"]:
+        for item, level in (("lds_rollout", "rollout"), ("lds_group", "group")):
+            expected = _lds_verdict_by_hand(table, name, level, limits["min_lds"], log_only, target)
+            assert checklist["estimators"][name][item]["verdict"] == expected, (name, item)
+
+
+def test_positive_controls_pass_the_lds_items_and_negative_controls_fail(checklist):
+    """On the small run in the smooth regime: the exact influence passes both LDS items, and the random control,
+    the norm and earlier-is-more fail them; fluency does not pass (the items can be passed, and not by chance)."""
+    items = ("lds_rollout", "lds_group")
+    verdicts = {name: {row[item]["verdict"] for item in items} for name, row in checklist["estimators"].items()}
+    assert verdicts["influence"] == {"pass"}, [checklist["estimators"]["influence"][i]["detail"] for i in items]
+    for name in ("random", "norm", "earlier"):
+        assert verdicts[name] == {"fail"}, [checklist["estimators"][name][i]["detail"] for i in items]
+    assert "pass" not in verdicts["fluency"]
+
+
+# Items whose evidence has an interval: pass and fail only where it clears the threshold, else inconclusive.
+INTERVAL_ITEMS = (
+    "beats_norm_step",
+    "beats_norm_rollout",
+    "beats_fluency",
+    "beats_log_only",
+    "survives_fluency_residualization",
+    "tracks_effect",
+    "lds_rollout",
+    "lds_group",
+)
+
+
+def test_another_study_contradicts_no_verdict_judged_by_intervals(checklist, second_study):
+    """The same study on other training seeds: on every item judged by intervals, no estimator goes from pass
+    to fail or from fail to pass (a cell may become inconclusive, or n/a where the other run cannot judge)."""
+    other = json.loads((second_study[0] / "results" / "wf" / "checklist.json").read_text())
+    compared, flips = 0, []
+    for name, row in checklist["estimators"].items():
+        for item in INTERVAL_ITEMS:
+            pair = {row[item]["verdict"], other["estimators"][name][item]["verdict"]}
+            compared += pair <= {"pass", "fail"}
+            if pair == {"pass", "fail"}:
+                flips.append((name, item, row[item]["detail"], other["estimators"][name][item]["detail"]))
+    assert compared >= 20 and not flips, flips
 
 
 def test_effect_steps_table_puts_every_step_beside_its_scores(finished_run, out):

@@ -20,4 +20,5 @@ influence_metrics_job(
     top=Path(sm.output.top),
     markdown=Path(sm.output.markdown),
     html=Path(sm.output.html),
+    log_only=tuple(sm.params.log_only),
 )

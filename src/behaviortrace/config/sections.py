@@ -373,11 +373,27 @@ class Influence:
         maximum=0.1,
     )
     lds_subsets: int = key(
-        6, "random subsets retrained with their shares zeroed, for the LDS (0: none; else >= 3)", minimum=0
+        6,
+        "random subsets per level and percent retrained with their shares zeroed, for the LDS (0: none; else >= 3)",
+        minimum=0,
     )
-    lds_fraction: float = key(
-        0.5, "share of the rollouts before T that each LDS subset zeroes", exclusiveMinimum=0, exclusiveMaximum=1
+    lds_percents: list[int] = key(
+        [50],
+        "sizes of the LDS subsets: percents of the units before T",
+        minItems=1,
+        uniqueItems=True,
+        items={"minimum": 1, "maximum": 99},
     )
+    lds_levels: list[Literal["rollout", "group"]] = key(
+        ["rollout", "group"],
+        "units of the LDS subsets: rollouts, or whole groups (the prompt was never sampled)",
+        minItems=1,
+        uniqueItems=True,
+    )
+    leave_step_out: bool = key(
+        False, "retrain once per step before T with the step's shares zeroed: the exact step-level causal truth"
+    )
+    bootstrap: int = key(1000, "resamples of the subsets behind each LDS interval", minimum=10)
     sets: list[str] = key(
         From("replay.estimators"),
         "replayed estimators whose top-scored sets are retrained with shares zeroed (the paid set: always)",
@@ -448,9 +464,9 @@ class Checklist:
         "effect_spearman", "correlation of step scores with each step's measured change"
     )
     min_effect_correlation: float = key(0.3, "that correlation, every seed and draw", minimum=-1, maximum=1)
-    min_influence_spearman: float = key(
-        0.3,
-        "Spearman of rollout scores (effect_target_kind) with the exact influence, every planted seed and draw",
+    min_lds: float = key(
+        0.5,
+        "LDS (rollout and group level) an estimator's interval must clear on every planted seed and subset size",
         minimum=-1,
         maximum=1,
     )

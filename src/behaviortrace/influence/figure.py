@@ -1,8 +1,8 @@
-"""The influence figure: how well each estimator's rollout scores track the exact influence I, the causal ground
-truth. One row per estimator, as the checklist item `tracks_influence` judges it (planted seeds, the rollouts before
-the influence checkpoint, targeted estimators with the checklist's `effect_target_kind`): its Spearman correlation
-with I on every seed (colour) and draw (marker), their mean and range, a line at 0 and one at the checklist's threshold.
-The planted labels (the paid rollouts) get the last row, one point per seed."""
+"""The influence figure: how well each estimator's rollout scores track the exact influence I. One row per
+estimator (planted seeds, the rollouts before the influence checkpoint, targeted estimators with the checklist's
+`effect_target_kind`): its Spearman correlation with I on every seed (colour) and draw (marker), their mean and
+range, and a line at 0. The planted labels (the paid rollouts) get the last row, one point per seed. The checklist
+judges the LDS (influence table), which asks what removing data does; this shows the ranking behind it."""
 
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ def spearman_rows(table: pl.DataFrame, target: str) -> pl.DataFrame:
     )
 
 
-def influence_figure(table: pl.DataFrame, target: str, threshold: float, path: Path, log_only=()) -> None:
-    """`table`: the influence table (influence/table.py); `threshold`: `checklist.min_influence_spearman`;
-    `log_only`: the log-only controls, whose names are drawn in grey."""
+def influence_figure(table: pl.DataFrame, target: str, path: Path, log_only=()) -> None:
+    """`table`: the influence table (influence/table.py); `log_only`: the log-only controls, whose names are drawn
+    in grey."""
     rows = spearman_rows(table, target)
     means = rows.group_by("estimator").agg(pl.col("value").fill_nan(None).mean())
     means = means.sort("value", descending=True, nulls_last=True)["estimator"].to_list()
@@ -50,7 +50,6 @@ def influence_figure(table: pl.DataFrame, target: str, threshold: float, path: P
 
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.4 * len(names)))
     ax.axvline(0, color="k", lw=0.8)
-    ax.axvline(threshold, color="tab:green", lw=1, ls="--", label=f"checklist threshold ({threshold:g})")
     for i, name in enumerate(names):
         own = rows.filter(pl.col("estimator") == name)
         for r in own.iter_rows(named=True):
@@ -66,7 +65,7 @@ def influence_figure(table: pl.DataFrame, target: str, threshold: float, path: P
         tick.set_color("0.45" if name in log_only else "k")
     ax.set_ylim(len(names) - 0.5, -0.5)
     values = rows["value"].drop_nans()
-    low, high = min(values.min() or 0.0, 0.0), max(values.max() or 0.0, threshold)
+    low, high = min(values.min() or 0.0, 0.0), max(values.max() or 0.0, 0.0)
     pad = 0.08 * (high - low) or 0.1
     ax.set_xlim(max(low - pad, -1.05), min(high + pad, 1.05))
     ax.set_xlabel(f"Spearman correlation of rollout scores with the exact influence I (targets: {target})")

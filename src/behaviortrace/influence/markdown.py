@@ -1,5 +1,6 @@
-"""The influence table as Markdown: the job's checks, who tracks I (Spearman and LDS), the labels and the
-per-step effect against I, the leave-out sets' predicted and measured changes, the most influential rollouts."""
+"""The influence table as Markdown: the job's checks, who tracks I, the LDS of every attribution with intervals
+and the noise floor, leave-one-step-out, the labels and the per-step effect against I, the leave-out sets'
+predicted and measured changes, the most influential rollouts."""
 
 from __future__ import annotations
 
@@ -50,7 +51,11 @@ def agreement(table: pl.DataFrame) -> list[str]:
     same_sign = sum(
         1 for p, m in zip(predicted, measured, strict=True) if p is not None and m is not None and p * m > 0
     )
-    lds = per_seed(estimator="influence", level="subset", metric="lds")
+    lds = [
+        _cell(planted, seed=s, estimator="influence", level="rollout_subset", metric="lds", removal_percent=pct)
+        for s in seeds
+        for pct in planted.filter(pl.col("level") == "rollout_subset")["removal_percent"].unique().to_list()
+    ]
     label_rho = per_seed(estimator="labels", level="rollout", metric="spearman")
     n = len(seeds)
     return [
@@ -71,6 +76,81 @@ def agreement(table: pl.DataFrame) -> list[str]:
         f"the LDS of I itself over random subsets is {_span(lds)}. A derivative at zero predicts removing sets "
         "only as far as training is linear in the shares (docs/influence.md).\n",
     ]
+
+
+def _name(estimator: str, target: str) -> str:
+    return estimator if target == "none" else f"{estimator} ({target})"
+
+
+def _keys(rows: pl.DataFrame) -> list[tuple[str, str]]:
+    return rows.select("estimator", "target").unique().sort("estimator", "target").rows()
+
+
+def _with_interval(rows: pl.DataFrame, prefix: str, **where) -> str:
+    value, low, high = (_cell(rows, metric=f"{prefix}{end}", **where) for end in ("", "_low", "_high"))
+    return "–" if value is None else f"{_fmt(value, '.2f')} [{_fmt(low, '.2f')}, {_fmt(high, '.2f')}]"
+
+
+def lds_sections(table: pl.DataFrame, arms_seeds: list, heads: list[str]) -> list[str]:
+    """The LDS of every attribution per level and subset size with its interval and its margin over the
+    strongest log-only control, the replay's noise floor beside the changes measured, and leave-one-step-out."""
+    parts = []
+    checks = table.filter(pl.col("level") == "check")
+    for level in ("rollout_subset", "group_subset"):
+        rows_level = table.filter(pl.col("level") == level)
+        for pct in sorted(rows_level["removal_percent"].unique().to_list()):
+            part = rows_level.filter(pl.col("removal_percent") == pct)
+            unit = level.removesuffix("_subset")
+            n = int(part["n"].max())
+            parts.append(f"## What removing data does: LDS over {n} random subsets of {pct}% of the {unit}s before T\n")
+            parts.append(
+                "Spearman, over the subsets retrained with their shares zeroed, of minus the subset's summed scores "
+                "with the measured change of f(w_T), with its 95% bootstrap interval over subsets; below it the "
+                "margin over the strongest log-only control (paired resamples). `influence` is I, `datamodel` a "
+                "linear fit of the measured changes on subset membership (fit on half the subsets, scored on the "
+                "other half), `earlier` minus the step, `labels` the paid label.\n"
+            )
+            rows = []
+            for e, t in _keys(part.filter(pl.col("metric") == "lds")):
+                where = {"estimator": e, "target": t}
+                rows.append(
+                    [_name(e, t)] + [_with_interval(part, "lds", arm=a, seed=s, **where) for a, s in arms_seeds]
+                )
+                if part.filter((pl.col("metric") == "lds_over_log_only") & (pl.col("estimator") == e)).height:
+                    rows.append(
+                        ["  over log-only"]
+                        + [_with_interval(part, "lds_over_log_only", arm=a, seed=s, **where) for a, s in arms_seeds]
+                    )
+            parts.append(markdown_table(["attribution", *heads], rows))
+            noise = [
+                f"{h}: {_fmt(_cell(checks, arm=a, seed=s, metric='f_end_error'), '.1e')} against a median "
+                f"{_fmt(_cell(part, arm=a, seed=s, estimator='measured', metric='median_abs_change'), '.1e')}"
+                for (a, s), h in zip(arms_seeds, heads, strict=True)
+            ]
+            parts.append(
+                "Noise floor: the replay's own f(w_T) differs from training's by " + "; ".join(noise) + " (the "
+                "median absolute change the subsets measured).\n"
+            )
+    out = table.filter(pl.col("level") == "step_out")
+    if out.height:
+        parts.append("## Leave-one-step-out: each step before T retrained with its shares zeroed\n")
+        parts.append(
+            "Spearman of minus each step's score with the measured change of f(w_T) when the step is left out, "
+            "and the same given the step number (partial Spearman: beyond a trend over the steps). `influence` "
+            "is the step's summed I, `step_effect` the change of f across the step in training, `labels` the "
+            "step's paid count, `earlier` minus the step.\n"
+        )
+        rows = [
+            [_name(e, t)]
+            + [
+                f"{_fmt(_cell(out, estimator=e, target=t, arm=a, seed=s, metric='spearman'), '.2f')} / "
+                f"{_fmt(_cell(out, estimator=e, target=t, arm=a, seed=s, metric='spearman_given_step'), '.2f')}"
+                for a, s in arms_seeds
+            ]
+            for e, t in _keys(out)
+        ]
+        parts.append(markdown_table(["step score", *[f"{h}: raw / given step" for h in heads]], rows))
+    return parts
 
 
 def to_markdown(table: pl.DataFrame, top: pl.DataFrame) -> str:
@@ -101,33 +181,15 @@ def to_markdown(table: pl.DataFrame, top: pl.DataFrame) -> str:
     parts += agreement(table)
 
     parts.append("## Who tracks the exact influence\n")
-    parts.append(
-        "Spearman of rollout scores with I (all rollouts before T), and the LDS: Spearman, over random "
-        "subsets retrained with their shares zeroed, of minus the subset's summed scores with the measured "
-        "change of f(w_T).\n"
-    )
+    parts.append("Spearman of rollout scores with I (all rollouts before T).\n")
     rollout = table.filter((pl.col("level") == "rollout") & (pl.col("stratum") == "all"))
-    subset = table.filter(pl.col("level") == "subset")
-    keys = (
-        table.filter(pl.col("level").is_in(["rollout", "subset"]))
-        .select("estimator", "target")
-        .unique()
-        .sort("estimator", "target")
-        .rows()
-    )
-    rows = []
-    for estimator, target in keys:
-        name = estimator if target == "none" else f"{estimator} ({target})"
-        cells = [
-            _fmt(_cell(rollout, estimator=estimator, target=target, arm=a, seed=s, metric="spearman"))
-            for a, s in arms_seeds
-        ]
-        cells += [
-            _fmt(_cell(subset, estimator=estimator, target=target, arm=a, seed=s, metric="lds")) for a, s in arms_seeds
-        ]
-        rows.append([name, *cells])
-    parts.append(markdown_table(["estimator", *[f"Spearman {h}" for h in heads], *[f"LDS {h}" for h in heads]], rows))
-
+    rows = [
+        [_name(e, t)]
+        + [_fmt(_cell(rollout, estimator=e, target=t, arm=a, seed=s, metric="spearman")) for a, s in arms_seeds]
+        for e, t in _keys(rollout)
+    ]
+    parts.append(markdown_table(["estimator", *heads], rows))
+    parts += lds_sections(table, arms_seeds, heads)
     parts.append("## Labels and per-step effect against I\n")
     rows = []
     for estimator, level, metric, label in (

@@ -1,7 +1,10 @@
-"""The rollout sets whose shares the retrain job zeroes: random subsets for the LDS, and the leave-out
-replay's own sets (the paid set, each replayed estimator's top-scored set) for the predicted-vs-measured comparison."""
+"""The rollout sets whose shares the retrain job zeroes: random subsets of rollouts or groups for the LDS, each
+step's rollouts (leave-one-step-out), and the leave-out replay's own sets (the paid set, each replayed
+estimator's top-scored set) for the predicted-vs-measured comparison."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -9,15 +12,29 @@ import polars as pl
 from behaviortrace.common.seeds import cell_seed
 
 
-def lds_subsets(rollout_ids: np.ndarray, n: int, fraction: float, seed: int, arm: str, training_seed: int):
-    """`n` seeded random subsets, each `fraction` of `rollout_ids` (at least one rollout), independent of order."""
-    size = max(1, int(round(fraction * len(rollout_ids))))
-    ids = np.sort(np.asarray(rollout_ids))
+def units(rollouts: pl.DataFrame, level: str) -> list[list[int]]:
+    """The units an LDS subset is drawn from, as lists of rollout ids: each rollout alone (level rollout), or
+    each group (level group: zeroing it is exactly "this prompt was never sampled"), in rollout-id order."""
+    rollouts = rollouts.sort("rollout_id")
+    if level == "rollout":
+        return [[int(z)] for z in rollouts["rollout_id"]]
+    groups = rollouts.group_by("step", "group_id", maintain_order=True).agg("rollout_id")
+    return [list(map(int, ids)) for ids in groups["rollout_id"]]
+
+
+def lds_subsets(units_: list[list[int]], n: int, percent: int, seed: int, arm: str, training_seed: int, level: str):
+    """`n` seeded random subsets, each `percent` % of the units (at least one), as sets of rollout ids."""
+    size = max(1, int(round(percent / 100 * len(units_))))
     out = []
     for j in range(n):
-        rng = np.random.default_rng(cell_seed("influence_lds", seed, arm, training_seed, j))
-        out.append(set(rng.choice(ids, size=size, replace=False).tolist()))
+        rng = np.random.default_rng(cell_seed("influence_lds", seed, arm, training_seed, level, percent, j))
+        out.append({z for u in rng.choice(len(units_), size=size, replace=False) for z in units_[u]})
     return out
+
+
+def step_sets(rollouts: pl.DataFrame, end: int) -> list[set[int]]:
+    """Leave-one-step-out: every rollout of step s, for each step s before `end`."""
+    return [set(rollouts.filter(pl.col("step") == s)["rollout_id"].to_list()) for s in range(end)]
 
 
 def fd_steps(steps: np.ndarray, n: int, seed: int, arm: str, training_seed: int) -> list[int]:
@@ -27,16 +44,30 @@ def fd_steps(steps: np.ndarray, n: int, seed: int, arm: str, training_seed: int)
     return sorted(rng.choice(choices, size=min(n, len(choices)), replace=False).tolist())
 
 
-def zeroed_table(sets: list[tuple[str, int, int, set[int]]], values: list[float]) -> pl.DataFrame:
-    """One row per retrained set: kind (lds, or a leave-out replay removal), removal_percent, index, removed ids, f."""
+@dataclass(frozen=True)
+class Zeroed:
+    """A set of rollouts retrained with their shares zeroed: kind `lds` (a random subset of `level` units,
+    `percent` % of them), `step` (leave-one-step-out: index is the step) or a leave-out replay removal (`oracle`
+    or an estimator's top-scored set, `percent` its removal percent)."""
+
+    kind: str
+    level: str
+    percent: int
+    index: int
+    removed: set[int]
+
+
+def zeroed_table(sets: list[Zeroed], values: list[float]) -> pl.DataFrame:
+    """One row per retrained set: kind, level, removal_percent, index, the removed ids, and f after retraining."""
     return pl.DataFrame(
         {
-            "kind": [s[0] for s in sets],
-            "removal_percent": [s[1] for s in sets],
-            "index": [s[2] for s in sets],
-            "n_removed": [len(s[3]) for s in sets],
-            "removed_ids": [sorted(s[3]) for s in sets],
+            "kind": [s.kind for s in sets],
+            "level": [s.level for s in sets],
+            "removal_percent": [s.percent for s in sets],
+            "index": [s.index for s in sets],
+            "n_removed": [len(s.removed) for s in sets],
+            "removed_ids": [sorted(s.removed) for s in sets],
             "f": values,
         },
-        schema_overrides={"removed_ids": pl.List(pl.Int64)},
+        schema_overrides={"removed_ids": pl.List(pl.Int64), "removal_percent": pl.Int64, "index": pl.Int64},
     )

@@ -23,7 +23,7 @@ import polars as pl
 
 from behaviortrace.common.io import atomic_write_parquet, atomic_write_text
 from behaviortrace.config.sections import Config
-from behaviortrace.influence.sets import fd_steps, lds_subsets, zeroed_table
+from behaviortrace.influence.sets import Zeroed, fd_steps, lds_subsets, step_sets, units, zeroed_table
 from behaviortrace.train.checkpoints import read_manifest
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,6 @@ def influence_job(
     from behaviortrace.influence.metagradient import StateStore, exact_influence
     from behaviortrace.influence.precision import full_precision
     from behaviortrace.influence.retrain import central_difference, value_after
-    from behaviortrace.replay.removal import removal_set
     from behaviortrace.replay.retrain import update_error, weight_difference
 
     inf, end = cfg.influence, end_step(cfg)
@@ -112,7 +111,8 @@ def influence_job(
     scratch = tempfile.TemporaryDirectory(dir=Path(out_rollouts).parent, prefix=".states-")
     with scratch as tmp, full_precision(traj.model):  # float64: the model's norms too (no-op in float32)
         store = StateStore(Path(tmp), "cpu")
-        result = exact_influence(traj, objective, end, inf.segment_steps, store, set(checked), compare)
+        keep = set(checked) | (set(range(end)) if inf.leave_step_out else set())  # where retraining starts
+        result = exact_influence(traj, objective, end, inf.segment_steps, store, keep, compare)
         logged = steps_log["grad_norm"].to_numpy()[:end]
         norm_error = float(np.max(np.abs(np.array(result.grad_norms) - logged) / np.maximum(logged, 1e-12)))
         checks.append({"check": "grad_norms", "step": end, "error": norm_error})
@@ -153,21 +153,19 @@ def influence_job(
         result.seconds["finite_difference"] = time.time() - started
 
         started, values = time.time(), []
-        subsets = lds_subsets(result.rollout_ids, inf.lds_subsets, inf.lds_fraction, inf.seed, arm, seed)
-        sets = [("lds", 0, j, s) for j, s in enumerate(subsets)]
-        sets += [
-            ("oracle", pct, 0, removal_set("oracle", pct, 0, rollouts, None, replay_seed, seed))
-            for pct in oracle_percents
-        ]
-        for i, (kind, pct, index, removed) in enumerate(sets):
-            values.append(value_after(traj, store.load(0), dict.fromkeys(removed, 0.0), end, objective))
+        sets = retrained_sets(cfg, rollouts, end, arm, seed, oracle_percents, replay_seed)
+        for i, zeroed in enumerate(sets):
+            first = zeroed.index if zeroed.kind == "step" else 0  # a step's shares matter from that step on
+            values.append(value_after(traj, store.load(first), dict.fromkeys(zeroed.removed, 0.0), end, objective))
             log.info(
-                "retrained %d/%d, %s %d (%d shares zeroed): f(w_%d) = %.6f; %.1f s",
+                "retrained %d/%d, %s %s %s #%d (%d shares zeroed): f(w_%d) = %.6f; %.1f s",
                 i + 1,
                 len(sets),
-                kind,
-                index if kind == "lds" else pct,
-                len(removed),
+                zeroed.kind,
+                zeroed.level,
+                f"{zeroed.percent}%",
+                zeroed.index,
+                len(zeroed.removed),
                 end,
                 values[-1],
                 time.time() - started,
@@ -199,6 +197,31 @@ def influence_job(
     atomic_write_text(json.dumps(summary, indent=1) + "\n", out_summary)
     log.info("%s%d: %d rollouts; seconds %s", arm, seed, table.height, result.seconds)
     return table
+
+
+def retrained_sets(
+    cfg: Config, rollouts: pl.DataFrame, end: int, arm: str, seed: int, oracle_percents, replay_seed: int
+) -> list[Zeroed]:
+    """What the influence job retrains: the LDS subsets of the rollouts before T at every level and percent,
+    each step's rollouts (leave-one-step-out, if configured), and the leave-out replay's paid sets (drawn from
+    every rollout, as the replay draws them)."""
+    from behaviortrace.replay.removal import removal_set
+
+    inf = cfg.influence
+    before = rollouts.filter(pl.col("step") < end)
+    out = []
+    for level in inf.lds_levels:
+        of = units(before, level)
+        for pct in inf.lds_percents:
+            subsets = lds_subsets(of, inf.lds_subsets, pct, inf.seed, arm, seed, level)
+            out += [Zeroed("lds", level, pct, j, s) for j, s in enumerate(subsets)]
+    if inf.leave_step_out:
+        out += [Zeroed("step", "step", 100, step, s) for step, s in enumerate(step_sets(before, end))]
+    out += [
+        Zeroed("oracle", "rollout", pct, 0, removal_set("oracle", pct, 0, rollouts, None, replay_seed, seed))
+        for pct in oracle_percents
+    ]
+    return out
 
 
 CHECK_COLUMNS = {
@@ -250,7 +273,7 @@ def influence_set_job(
         value,
         time.time() - started,
     )
-    table = zeroed_table([(removal, pct, 0, removed)], [value])
+    table = zeroed_table([Zeroed(removal, "rollout", pct, 0, removed)], [value])
     atomic_write_parquet(table, out)
     return table
 
@@ -270,13 +293,14 @@ def influence_metrics_job(
     top: Path,
     markdown: Path,
     html: Path,
+    log_only: tuple[str, ...] = (),
 ) -> pl.DataFrame:
     """The influence table of every arm and seed (influence/table.py), its ten most influential rollouts,
-    and both as Markdown. `files` holds, per kind, one path per (arm, seed) of `seeds`; `set_files` the
-    zeroed leave-out sets of the planted seeds `set_seeds`."""
+    and both as Markdown. `log_only` names the log-only controls; `files` holds, per kind, one path per
+    (arm, seed) of `seeds`; `set_files` the zeroed leave-out sets of the planted seeds `set_seeds`."""
     from behaviortrace.common.markdown import write_md_and_html
     from behaviortrace.influence.markdown import to_markdown
-    from behaviortrace.influence.table import SeedInputs, influence_table, top_rollouts
+    from behaviortrace.influence.table import LdsSettings, SeedInputs, influence_table, top_rollouts
 
     by_seed = {}
     for (arm, seed, draw, estimator, target), roll, step in zip(score_keys, scores, step_scores, strict=True):
@@ -291,7 +315,8 @@ def influence_metrics_job(
         )
         for i, (arm, seed) in enumerate(seeds)
     ]
-    table = influence_table(inputs, cfg.planting.window)
+    settings = LdsSettings(cfg.influence.bootstrap, cfg.influence.seed, tuple(log_only))
+    table = influence_table(inputs, cfg.planting.window, settings)
     best = top_rollouts(inputs)
     atomic_write_parquet(table, out)
     atomic_write_text(table.write_csv(), csv)
@@ -307,8 +332,8 @@ SEED_FILES = ("influence", "steps", "checks", "retrain", "summaries", "rollouts"
 
 
 def influence_figure_job(cfg: Config, *, table: Path, log_only: list[str], out: Path) -> None:
-    """The influence figure from the influence table, as the checklist judges it (its target and threshold)."""
+    """The influence figure from the influence table, with the target the checklist judges I with."""
     from behaviortrace.influence.figure import influence_figure
 
     c = cfg.checklist
-    influence_figure(pl.read_parquet(table), c.effect_target_kind, c.min_influence_spearman, out, log_only)
+    influence_figure(pl.read_parquet(table), c.effect_target_kind, out, log_only)

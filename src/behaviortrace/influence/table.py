@@ -17,10 +17,18 @@ window and after it, each taken where it holds rollouts.
   `labels` is the number of paid rollouts per step and `step_effect` the measured per-step change of f (the step
   log's effect ground truth). At a step whose gradient was clipped the I_z sum to zero (scaling the whole step
   leaves its clipped gradient as it is), so there only the sums of |I| say how much the step's rollouts mattered.
-- level subset: `lds`, the linear datamodeling score: over random subsets retrained with their shares
-  zeroed, the Spearman correlation between the subset's summed scores (with minus sign: leaving out
-  rollouts that raise f lowers it) and the measured change of f(w_T); for `influence` (I itself), every
-  estimator, and `labels`. `lds_pearson` is the Pearson version.
+- levels rollout_subset and group_subset (removal_percent: the subset size, a percent of the units before T):
+  the linear datamodeling score (influence/lds.py). Over random subsets of rollouts, or of whole groups, retrained
+  with their shares zeroed, `lds` is the Spearman correlation of minus the subset's summed scores with the measured
+  change of f(w_T), with `lds_low`, `lds_high` its bootstrap interval over subsets and `lds_pearson` the Pearson
+  version; `lds_over_log_only` (`_low`, `_high`) its margin over the strongest log-only control on the same
+  resamples. For every estimator, `influence` (I itself), `labels`, `earlier` (minus the step: earlier is more
+  influential) and `datamodel` (influence/datamodel.py: cross-fitted on the subsets themselves). Estimator
+  `measured` holds `median_abs_change`, the scale against which the replay's noise floor (`f_end_error`) is read.
+- level step_out (leave-one-step-out, influence.leave_step_out): each step before T retrained with all its shares
+  zeroed; `spearman`, `pearson` of minus each step's score with the measured change, `spearman_given_step`. For
+  every estimator's step scores, `influence` (the step's summed I), `labels` (its paid count), `step_effect` (the
+  change of f across the step in training) and `earlier`.
 - level set: the leave-out replay's sets (`oracle`: the paid set; an estimator: its top-scored set) with shares zeroed:
   `predicted_change` (minus the summed I), `measured_change` (retrained f minus f(w_T)) and
   `prediction_ratio` (their ratio), per removal_percent.
@@ -44,6 +52,8 @@ import polars as pl
 
 from behaviortrace.evaluate import correlation
 from behaviortrace.evaluate.cells import with_labels
+from behaviortrace.influence.datamodel import cross_fitted
+from behaviortrace.influence.lds import Resamples, interval, predicted_changes
 
 STRATA = ("all", "window", "after_window")
 COLUMNS = {
@@ -59,6 +69,16 @@ COLUMNS = {
     "value": pl.Float64,
     "n": pl.Int64,
 }
+
+
+@dataclass(frozen=True)
+class LdsSettings:
+    """How the LDS intervals are drawn (influence.bootstrap, influence.seed), and which estimators are the
+    log-only controls every attribution's LDS is compared with."""
+
+    bootstrap: int
+    seed: int
+    log_only: tuple[str, ...] = ()
 
 
 @dataclass
@@ -187,18 +207,83 @@ def step_rows(key: tuple, step_scores: np.ndarray, step_influence: pl.DataFrame,
     return out
 
 
-def lds_rows(key: tuple, per_rollout: np.ndarray, index: dict[int, int], subsets: list, changes: np.ndarray) -> list:
-    """LDS of one attribution (`per_rollout` values, rows by `index` of rollout id) over the retrained subsets."""
-    if len(subsets) < 3:
+def lds_rows(key: tuple, level: str, pct: int, resamples: Resamples, predicted: np.ndarray) -> tuple[list, np.ndarray]:
+    """LDS rows of one attribution at one level and subset size (its value, interval and Pearson version), and
+    its bootstrap values (for margins over other attributions of the same cell)."""
+    point, samples = resamples.lds(predicted)
+    low, high = interval(samples)
+    n = len(predicted)
+    rows = [
+        _row(*key, level, "all", metric, value, n, removal_percent=pct)
+        for metric, value in (
+            ("lds", point),
+            ("lds_low", low),
+            ("lds_high", high),
+            ("lds_pearson", pearson(predicted, resamples.changes)),
+        )
+    ]
+    return rows, samples
+
+
+def margin_rows(key: tuple, level: str, pct: int, n: int, own: tuple, controls: list[tuple]) -> list:
+    """`lds_over_log_only`: the attribution's LDS minus the strongest log-only control's, on the same resamples
+    (the strongest taken in each), with its interval. `own` and each control: (point, bootstrap values)."""
+    if not controls:
         return []
-    predicted = np.array([-per_rollout[[index[z] for z in ids]].sum() for ids in subsets])
+    point = own[0] - max(c[0] for c in controls)
+    samples = own[1] - np.nanmax(np.stack([c[1] for c in controls]), axis=0)
+    low, high = interval(samples)
     return [
-        _row(*key, "subset", "all", "lds", spearman(predicted, changes), len(subsets)),
-        _row(*key, "subset", "all", "lds_pearson", pearson(predicted, changes), len(subsets)),
+        _row(*key, level, "all", metric, value, n, removal_percent=pct)
+        for metric, value in (
+            ("lds_over_log_only", point),
+            ("lds_over_log_only_low", low),
+            ("lds_over_log_only_high", high),
+        )
     ]
 
 
-def seed_table(inputs: SeedInputs, window: list[int]) -> pl.DataFrame:
+def step_out_rows(key: tuple, step_scores: np.ndarray, changes: np.ndarray, steps: np.ndarray) -> list:
+    """Leave-one-step-out: minus each step's score against the measured change of f(w_T) when the step's
+    shares are zeroed (`spearman`, `pearson`), and the Spearman given the step number."""
+    predicted = -np.asarray(step_scores, float)
+    n = len(steps)
+    return [
+        _row(*key, "step_out", "all", "spearman", spearman(predicted, changes), n),
+        _row(*key, "step_out", "all", "pearson", pearson(predicted, changes), n),
+        _row(*key, "step_out", "all", "spearman_given_step", given_step(predicted, changes, steps), n),
+    ]
+
+
+def subset_rows(arm, seed, level, pct, members, changes, predictions: dict, n_rollouts: int, settings) -> list:
+    """Every LDS row of one arm, seed, level and subset size: each attribution's LDS with its interval, the
+    cross-fitted datamodel's, each margin over the log-only controls, and the median measured change (the scale
+    the replay's noise floor is read against)."""
+    name, n = f"{level}_subset", len(members)
+    resamples = Resamples(changes, settings.bootstrap, settings.seed, arm, seed, level, pct)
+    membership = np.zeros((n, n_rollouts))
+    for j, m in enumerate(members):
+        membership[j, m] = 1.0
+    predictions = predictions | {(None, "datamodel", "none"): cross_fitted(membership, changes)}
+    rows = [
+        _row(arm, seed, None, "measured", "none", name, "all", "median_abs_change", np.median(np.abs(changes)), n, pct)
+    ]
+    found = {}
+    for key, predicted in predictions.items():
+        out, samples = lds_rows((arm, seed, *key), name, pct, resamples, predicted)
+        rows += out
+        found[key] = (out[0]["value"], samples)
+    draws = sorted({d for d, _, _ in found if d is not None})
+    for (draw, estimator, target), own in found.items():
+        if estimator in settings.log_only:
+            continue
+        at = draw if draw is not None else (draws[0] if draws else None)  # log-only scores are the same every draw
+        controls = [v for (d, e, _), v in found.items() if e in settings.log_only and d == at]
+        rows += margin_rows((arm, seed, draw, estimator, target), name, pct, n, own, controls)
+    return rows
+
+
+def seed_table(inputs: SeedInputs, window: list[int], settings: LdsSettings) -> pl.DataFrame:
     """Every row of one arm and seed."""
     arm, seed = inputs.arm, inputs.seed
     summary = json.loads(Path(inputs.summary).read_text())
@@ -233,30 +318,52 @@ def seed_table(inputs: SeedInputs, window: list[int]) -> pl.DataFrame:
     )
 
     retrained = pl.read_parquet(inputs.retrain)
-    lds = retrained.filter(pl.col("kind") == "lds").sort("index")
-    subsets = lds["removed_ids"].to_list()
-    changes = lds["f"].to_numpy() - summary["f_end"]
     everyone = log["rollout_id"].to_numpy()
     index_all = {int(z): i for i, z in enumerate(everyone)}
     infl_all = np.zeros(len(everyone))
     infl_all[np.searchsorted(everyone, ids)] = values
-    rows += lds_rows((arm, seed, None, "influence", "none"), infl_all, index_all, subsets, changes)
-    rows += lds_rows(
-        (arm, seed, None, "labels", "none"), log["label"].to_numpy().astype(float), index_all, subsets, changes
-    )
-
+    references = {  # attributions that need no estimator, scored like one
+        "influence": infl_all,
+        "labels": log["label"].to_numpy().astype(float),
+        "earlier": -log["step"].to_numpy().astype(float),  # the earlier, the more influential
+    }
+    score_sets = {}
     for (draw, estimator, target), (roll_path, step_path) in inputs.scores.items():
-        key = (arm, seed, draw, estimator, target)
         scores = pl.read_parquet(roll_path).sort("rollout_id")
         if scores["rollout_id"].to_list() != everyone.tolist():
             raise ValueError(f"{roll_path}: its rollouts are not the rollout log's")
-        every_score = scores["score"].to_numpy()
-        rows += rollout_rows(key, every_score[np.searchsorted(everyone, ids)], values, labels, steps, window)
         step_scores = pl.read_parquet(step_path).sort("step").filter(pl.col("step") < summary["end"])
-        rows += step_rows(key, step_scores["score"].to_numpy(), step_infl, step_ids, window)
-        rows += lds_rows(key, every_score, index_all, subsets, changes)
+        score_sets[(draw, estimator, target)] = (scores["score"].to_numpy(), step_scores["score"].to_numpy())
+    for key, (every_score, step_scores) in score_sets.items():
+        key = (arm, seed, *key)
+        rows += rollout_rows(key, every_score[np.searchsorted(everyone, ids)], values, labels, steps, window)
+        rows += step_rows(key, step_scores, step_infl, step_ids, window)
 
-    sets = pl.concat([retrained.filter(pl.col("kind") != "lds"), *(pl.read_parquet(p) for p in inputs.sets)])
+    lds = retrained.filter(pl.col("kind") == "lds").sort("level", "removal_percent", "index")
+    for (level, pct), part in lds.group_by("level", "removal_percent", maintain_order=True):
+        if part.height >= 3:
+            members = [np.array([index_all[z] for z in removed]) for removed in part["removed_ids"]]
+            predictions = {(None, r, "none"): predicted_changes(v, members) for r, v in references.items()}
+            predictions |= {k: predicted_changes(v[0], members) for k, v in score_sets.items()}
+            changes = part["f"].to_numpy() - summary["f_end"]
+            rows += subset_rows(arm, seed, level, pct, members, changes, predictions, len(everyone), settings)
+
+    left_out = retrained.filter(pl.col("kind") == "step").sort("index")
+    if left_out.height >= 3:
+        if not np.array_equal(left_out["index"].to_numpy(), step_ids):
+            raise ValueError(f"{inputs.retrain}: its left-out steps are not the steps before T")
+        changes = left_out["f"].to_numpy() - summary["f_end"]
+        series = {
+            (None, "influence", "none"): step_infl["influence"].to_numpy(),
+            (None, "labels", "none"): paid_per_step.astype(float),
+            (None, "step_effect", "none"): effect["target_change"].to_numpy(),
+            (None, "earlier", "none"): -step_ids.astype(float),
+        } | {k: v[1] for k, v in score_sets.items()}
+        for key, step_scores in series.items():
+            rows += step_out_rows((arm, seed, *key), step_scores, changes, step_ids)
+
+    leave_out = retrained.filter(~pl.col("kind").is_in(["lds", "step"]))
+    sets = pl.concat([leave_out, *(pl.read_parquet(p) for p in inputs.sets)])
     for r in sets.iter_rows(named=True):
         predicted = -infl_all[[index_all[z] for z in r["removed_ids"]]].sum()
         measured = r["f"] - summary["f_end"]
@@ -292,8 +399,8 @@ def check_rows(arm: str, seed: int, checks: pl.DataFrame, summary: dict) -> list
     return out
 
 
-def influence_table(inputs: list[SeedInputs], window: list[int]) -> pl.DataFrame:
-    return pl.concat([seed_table(i, window) for i in inputs], how="vertical")
+def influence_table(inputs: list[SeedInputs], window: list[int], settings: LdsSettings) -> pl.DataFrame:
+    return pl.concat([seed_table(i, window, settings) for i in inputs], how="vertical")
 
 
 def top_rollouts(inputs: list[SeedInputs], n: int = 10) -> pl.DataFrame:

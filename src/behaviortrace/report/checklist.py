@@ -1,5 +1,7 @@
-"""The attribution checklist: each estimator against each item, pass / fail / n/a, with the numbers behind
-every verdict. Thresholds come from the config's `checklist` section and are printed with the checklist.
+"""The attribution checklist: each estimator against each item, pass / fail / inconclusive / n/a, with the
+numbers behind every verdict (inconclusive: an interval of the evidence straddles the threshold, on the items
+judged by intervals: beating a control, the residualized AUC, the measured effect, the LDS). Thresholds come
+from the config's `checklist` section and are printed with the checklist.
 
 Run-level items (the sketch, the behavior, headroom, the random control, unfindable paid rollouts, the power of the
 leave-out replay) say whether the experiment can support any claim; they get the same verdict on every
@@ -24,7 +26,11 @@ from behaviortrace.replay.table import window_end_probes
 from behaviortrace.report.significance import holm
 from behaviortrace.report.tables import PLACEBO, PLANTED, beats_table, estimators_of, judged
 
-PASS, FAIL, NA = "pass", "fail", "n/a"
+PASS, FAIL, INCONCLUSIVE, NA = "pass", "fail", "inconclusive", "n/a"
+# Rows beside the estimators, judged on the LDS items only: the exact influence and the cross-fitted datamodel
+# (positive controls: faithful where training is smooth) and earlier-is-more (a negative one: minus the step).
+REFERENCES = ("influence", "datamodel", "earlier")
+LDS_ITEMS = ("lds_rollout", "lds_group")
 ITEMS = {
     "sketch_covers_parameters": "The sketch covers every trainable parameter, and per-rollout sketches add up to "
     "the step gradient's sketch (self-check): on every step against TRL's own gradient with train-time capture, "
@@ -62,10 +68,13 @@ ITEMS = {
     "tracks_effect": "Step scores track the measured behavior change: correlation of each step's score with the "
     "measured change of the forced target's log-prob across that step's update, on every seed and draw (beside "
     "it, the same correlation for the number of ground-truth rollouts per step)",
-    "tracks_influence": "Rollout scores track the exact influence I (each rollout's derivative of the forced "
-    "target at the influence checkpoint through the replayed training): Spearman correlation with I, over the "
-    "rollouts before that checkpoint, at least the threshold and above that of every log-only control, on every "
-    "planted seed and draw (beside it, the same correlation for the planted labels)",
+    "lds_rollout": "Predicts what removing rollouts does: the LDS over random subsets of rollouts before the "
+    "influence checkpoint, retrained with their shares zeroed (targeted estimators at `effect_target_kind`), has its "
+    "interval at or above the threshold and, for an estimator that is not log-only, its margin over the strongest "
+    "log-only control above 0, on every planted seed, draw and subset size. Fails where an interval lies wholly on "
+    "the wrong side; n/a where even the exact influence and the datamodel lie wholly below the threshold (not "
+    "attributable at this level in this regime)",
+    "lds_group": "The same over random subsets of whole groups (each zeroed group: its prompt never sampled)",
 }
 
 
@@ -82,6 +91,11 @@ def _ci(row: dict) -> str:
 
 def _all(flags) -> str:
     return PASS if all(flags) else FAIL
+
+
+def _three(passes: list[bool], fails: list[bool]) -> str:
+    """Every cell clears: pass; one lies wholly on the wrong side: fail; otherwise the intervals straddle."""
+    return FAIL if any(fails) else PASS if all(passes) else INCONCLUSIVE
 
 
 def _cells(rows: pl.DataFrame):
@@ -224,12 +238,13 @@ def beats(
     stratum) comparison."""
     if est in controls:
         return Verdict(NA, "is the control" if len(controls) == 1 else "is one of the controls")
-    cells, lines = [], []
+    cells, below, lines = [], [], []
     for level, metric, stratum in comparisons:
         t = beats_table(metrics, est, controls, level, metric, stratum, target)
         if not t.height:
             continue
         cells += t["beats"].to_list()
+        below += t["below"].to_list()
         worst = t.sort(pl.col("ci_low") - pl.col("control_high")).row(0, named=True)
         lines.append(
             f"{level} {metric}, {stratum}: {int(t['beats'].sum())}/{t.height} seed × draw cells; closest: seed "
@@ -239,7 +254,11 @@ def beats(
     if not cells:
         levels = ", ".join(sorted({level for level, _, _ in comparisons}))
         return Verdict(NA, f"no {levels}-level metrics for {est} or the controls")
-    return Verdict(_all(cells), "; ".join(lines), {"cells": len(cells), "beaten": int(sum(cells))})
+    return Verdict(
+        _three(cells, below),
+        "; ".join(lines),
+        {"cells": len(cells), "beaten": int(sum(cells)), "wholly_below": int(sum(below))},
+    )
 
 
 def survives_residualization(metrics: pl.DataFrame, est: str, target: str, stratum: str) -> Verdict:
@@ -248,7 +267,7 @@ def survives_residualization(metrics: pl.DataFrame, est: str, target: str, strat
         return Verdict(NA, "no residualized within-group AUC")
     worst = rows.sort("ci_low").row(0, named=True)
     return Verdict(
-        _all(v > 0.5 for v in rows["ci_low"].to_list()),
+        _three([v > 0.5 for v in rows["ci_low"].to_list()], [v < 0.5 for v in rows["ci_high"].to_list()]),
         f"{int((rows['ci_low'] > 0.5).sum())}/{rows.height} cells above 0.5; lowest: seed {worst['seed']} "
         f"draw {worst['draw']} {_ci(worst)}",
         {"lowest_ci_low": worst["ci_low"]},
@@ -372,51 +391,93 @@ def tracks_effect(metrics: pl.DataFrame, est: str, cfg: Checklist) -> Verdict:
     if not own.height:
         return Verdict(NA, "no measured effect to compare with (step log without target_change)")
     labels = rows.filter(pl.col("estimator") == "paid_per_step").sort("seed", "draw")
-    ok = [v is not None and v >= cfg.min_effect_correlation for v in own["value"].to_list()]
+    limit = cfg.min_effect_correlation
+    ok = [v is not None and v >= limit for v in own["ci_low"].to_list()]
+    below = [v is None or v < limit for v in own["ci_high"].to_list()]
     text = "; ".join(f"seed {r['seed']} draw {r['draw']}: {_ci(r)}" for r in own.iter_rows(named=True))
     paid = ", ".join(f"{v:.2f}" for v in labels.unique(["seed", "draw"], maintain_order=True)["value"].to_list())
     return Verdict(
-        _all(ok),
-        f"{cfg.effect_metric} {text} (at least {cfg.min_effect_correlation}); paid count per step: {paid}",
+        _three(ok, below),
+        f"{cfg.effect_metric} {text} (interval at least {limit}); paid count per step: {paid}",
         {"cells": len(ok), "tracking": int(sum(ok)), "values": own["value"].to_list()},
     )
 
 
-def tracks_influence(influence: pl.DataFrame | None, est: str, log_only: list[str], cfg: Checklist) -> Verdict:
-    """The estimator's rank correlation with I on every planted seed and draw, against the threshold and, for an
-    estimator that is not itself log-only, against the strongest log-only control in the same cell."""
-    if influence is None:
-        return Verdict(NA, "no exact influence computed")
+def _lds_cells(influence: pl.DataFrame, level: str, target: str) -> pl.DataFrame:
+    """One row per planted (seed, draw, removal_percent, estimator) of the level's LDS, with its interval and
+    margin over the log-only controls as columns."""
     rows = influence.filter(
         (pl.col("arm") == PLANTED)
-        & (pl.col("level") == "rollout")
-        & (pl.col("stratum") == "all")
-        & (pl.col("metric") == "spearman")
+        & (pl.col("level") == f"{level}_subset")
+        & pl.col("target").is_in([target, "none"])
+        & pl.col("metric").str.starts_with("lds")
+        & (pl.col("metric") != "lds_pearson")
     )
-    scored = rows.filter(pl.col("target").is_in([cfg.effect_target_kind, "none"]) & pl.col("draw").is_not_null())
-    own = scored.filter(pl.col("estimator") == est).sort("seed", "draw")
+    if not rows.height:
+        return rows
+    keys = ["seed", "draw", "removal_percent", "estimator"]
+    return rows.pivot("metric", index=keys, values="value").sort(keys, nulls_last=False)
+
+
+def lds_item(influence: pl.DataFrame | None, est: str, level: str, log_only: list[str], cfg: Checklist) -> Verdict:
+    """Three-valued: pass where every cell's interval clears the threshold (and the margin over the log-only
+    controls clears 0), fail where one lies wholly below, inconclusive otherwise. Cells where the ceiling (the
+    exact influence and the datamodel) lies wholly below the threshold, or wholly below a log-only control, are
+    not judged: no attribution could be shown to pass there."""
+    if influence is None:
+        return Verdict(NA, "no exact influence computed")
+    cells = _lds_cells(influence, level, cfg.effect_target_kind)
+    if not cells.height:
+        return Verdict(NA, f"no {level}-level LDS (influence.lds_levels, influence.lds_subsets)")
+    limit = cfg.min_lds
+    # The ceiling of a cell: the better of I and the datamodel, on the LDS and on the margin over the log-only.
+    ceiling = (
+        cells.filter(pl.col("estimator").is_in(["influence", "datamodel"]))
+        .group_by("seed", "removal_percent")
+        .agg(
+            pl.col("lds").max().alias("ceiling"),
+            (pl.col("lds_high").max() >= limit).alias("reaches"),
+            (pl.col("lds_over_log_only_high").max() >= 0).fill_null(True).alias("beats_log"),
+        )
+        .with_columns(open=pl.col("reaches") & pl.col("beats_log"))
+    )
+    attributable = ceiling.filter(pl.col("open"))
+    shut = ceiling.filter(~pl.col("open")).sort("seed", "removal_percent")
+    shut_text = ", ".join(
+        f"seed {r['seed']} {r['removal_percent']}% (ceiling {r['ceiling']:.2f}"
+        + ("" if r["reaches"] else " below the threshold")
+        + ("" if r["beats_log"] else ", below a log-only control")
+        + ")"
+        for r in shut.iter_rows(named=True)
+    )
+    if not attributable.height:
+        return Verdict(NA, f"not attributable at this level in this regime: {shut_text} (threshold {limit})")
+    own = (
+        cells.filter(pl.col("estimator") == est)
+        .join(attributable.select("seed", "removal_percent"), on=["seed", "removal_percent"])
+        .sort("seed", "draw", "removal_percent")
+    )
     if not own.height:
-        return Verdict(NA, "no exact influence for this estimator")
-    bars = (
-        scored.filter(pl.col("estimator").is_in([c for c in log_only if c != est]))
-        .sort(["seed", "draw", "value", "estimator"], descending=[False, False, True, False])
-        .unique(["seed", "draw"], keep="first", maintain_order=True)
-    )
-    bar = {(r["seed"], r["draw"]): (r["estimator"], r["value"]) for r in bars.iter_rows(named=True)}
-    ok, cells = [], []
+        return Verdict(NA, f"no {level}-level LDS for this estimator")
+    judged_alone = est in log_only  # a log-only control is judged on the threshold alone
+    verdicts, lines = [], []
     for r in own.iter_rows(named=True):
-        name, top = bar.get((r["seed"], r["draw"]), (None, None))
-        above = est in log_only or top is None or r["value"] > top
-        ok.append(r["value"] >= cfg.min_influence_spearman and above)
-        vs = f" (strongest log-only: {name} {top:.3f})" if name is not None and est not in log_only else ""
-        cells.append(f"seed {r['seed']} draw {r['draw']}: {r['value']:.3f}{vs}")
-    labels = rows.filter(pl.col("estimator") == "labels").sort("seed")
-    paid = ", ".join(f"{v:.2f}" for v in labels["value"].to_list())
-    return Verdict(
-        _all(ok),
-        f"Spearman with I {'; '.join(cells)} (at least {cfg.min_influence_spearman}); planted labels: {paid}",
-        {"cells": len(ok), "tracking": int(sum(ok)), "values": own["value"].to_list()},
-    )
+        margin = (r.get("lds_over_log_only_low"), r.get("lds_over_log_only_high"))
+        compare = not judged_alone and margin[0] is not None
+        clears = r["lds_low"] >= limit and (not compare or margin[0] > 0)
+        below = r["lds_high"] < limit or (compare and margin[1] < 0)
+        verdicts.append(PASS if clears else FAIL if below else INCONCLUSIVE)
+        over = f", over log-only {r['lds_over_log_only']:+.2f} [{margin[0]:+.2f}, {margin[1]:+.2f}]" if compare else ""
+        draw = "" if r["draw"] is None else f" draw {r['draw']}"
+        lines.append(
+            f"seed {r['seed']}{draw} {r['removal_percent']}%: {r['lds']:.2f} [{r['lds_low']:.2f}, "
+            f"{r['lds_high']:.2f}]{over} -> {verdicts[-1]}"
+        )
+    verdict = FAIL if FAIL in verdicts else INCONCLUSIVE if INCONCLUSIVE in verdicts else PASS
+    detail = f"LDS {'; '.join(lines)} (threshold {limit})"
+    if shut.height:
+        detail += f"; not judged where the ceiling cannot pass: {shut_text}"
+    return Verdict(verdict, detail, {"cells": len(verdicts), **Counter(verdicts)})
 
 
 # Assembly -------------------------------------------------------------------------------------------------
@@ -469,9 +530,16 @@ def build(
             "placebo_no_enrichment": placebo_no_enrichment(metrics, est, target, cfg.placebo_stratum, cfg.alpha),
             "replay_beats_random": replay_beats_random(replayed, est),
             "tracks_effect": tracks_effect(metrics, est, cfg),
-            "tracks_influence": tracks_influence(influence, est, log_only, cfg),
-        }
+        } | {item: lds_item(influence, est, item.removeprefix("lds_"), log_only, cfg) for item in LDS_ITEMS}
         table[est] = {item: (run_level | row)[item] for item in ITEMS}
+    if influence is not None:
+        reference = Verdict(NA, "a reference row: judged on the run-level and LDS items only")
+        for name in REFERENCES:
+            table[name] = (
+                {item: reference for item in ITEMS}
+                | run_level
+                | {item: lds_item(influence, name, item.removeprefix("lds_"), log_only, cfg) for item in LDS_ITEMS}
+            )
     return table
 
 
@@ -489,7 +557,7 @@ def to_json(table: dict[str, dict[str, Verdict]], cfg: Checklist) -> str:
 
 def to_markdown(table: dict[str, dict[str, Verdict]], cfg: Checklist, run: str) -> str:
     items = list(ITEMS)
-    mark = {PASS: "pass", FAIL: "**FAIL**", NA: "n/a"}
+    mark = {PASS: "pass", FAIL: "**FAIL**", INCONCLUSIVE: "inconclusive", NA: "n/a"}
     rows = [[est, *[mark[table[est][i].verdict] for i in items]] for est in table]
     parts = [
         f"# Attribution checklist — run `{run}`\n",
@@ -517,4 +585,4 @@ def to_markdown(table: dict[str, dict[str, Verdict]], cfg: Checklist, run: str) 
 
 def verdict_counts(table: dict[str, dict[str, Verdict]]) -> dict[str, int]:
     counts = Counter(v.verdict for row in table.values() for v in row.values())
-    return {k: counts[k] for k in (PASS, FAIL, NA)}
+    return {k: counts[k] for k in (PASS, FAIL, INCONCLUSIVE, NA)}

@@ -37,7 +37,7 @@ def results_page(
     for row in json.loads(Path(checklist_json).read_text())["estimators"].values():
         for verdict in row.values():
             counts[verdict["verdict"]] = counts.get(verdict["verdict"], 0) + 1
-    tally = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("pass", "fail", "n/a"))
+    tally = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("pass", "fail", "inconclusive", "n/a"))
     cost = per_rule(read_benchmarks(Path(benchmarks)))
     parts = [
         f"# Results of run `{run}`\n",

@@ -143,11 +143,12 @@ def draw_stability(
 def beats_table(
     metrics: pl.DataFrame, estimator: str, controls: list[str], level: str, metric: str, stratum: str, target: str
 ) -> pl.DataFrame:
-    """Per seed and draw: does the estimator's interval lie wholly above that of the strongest of `controls`?
+    """Per seed and draw: does the estimator's interval lie wholly above that of the strongest of `controls`
+    (`beats`), or wholly below that of one of them (`below`)?
 
     The strongest control is the one with the highest upper bound in that cell, and at step level each control
     is taken at its strongest step variant, so that beating it means beating every control and both the summed
-    and the step-level rankings. `control` names the strongest.
+    and the step-level rankings. `control` names the strongest; `control_low` is the highest lower bound.
     """
     rows = judged(metrics, target, stratum).filter(pl.col("metric") == metric)
     est = rows.filter((pl.col("estimator") == estimator) & (pl.col("level") == level))
@@ -156,10 +157,16 @@ def beats_table(
         rows.filter(pl.col("estimator").is_in(controls) & pl.col("level").is_in(levels))
         .sort("ci_high", "estimator", descending=[True, False])
         .group_by(["seed", "draw"], maintain_order=True)
-        .agg(pl.col("ci_high").first().alias("control_high"), pl.col("estimator").first().alias("control"))
+        .agg(
+            pl.col("ci_high").first().alias("control_high"),
+            pl.col("estimator").first().alias("control"),
+            pl.col("ci_low").max().alias("control_low"),
+        )
     )
     out = est.select("seed", "draw", "value", "ci_low", "ci_high").join(ctl, on=["seed", "draw"], how="inner")
-    return out.with_columns(beats=pl.col("ci_low") > pl.col("control_high")).sort("seed", "draw")
+    return out.with_columns(
+        beats=pl.col("ci_low") > pl.col("control_high"), below=pl.col("ci_high") < pl.col("control_low")
+    ).sort("seed", "draw")
 
 
 def seed_stability(
