@@ -373,7 +373,7 @@ class Influence:
         maximum=0.1,
     )
     lds_subsets: int = key(
-        6,
+        30,
         "random subsets per level and percent retrained with their shares zeroed, for the LDS (0: none; else >= 3)",
         minimum=0,
     )
