@@ -35,22 +35,12 @@ import torch
 
 from behaviortrace.common.seeds import cell_seed
 from behaviortrace.configure import load
+from behaviortrace.influence.lds import Resamples, interval
 from behaviortrace.influence.metagradient import StateStore, exact_influence
 from behaviortrace.influence.precision import full_precision
 from behaviortrace.influence.retrain import value_after
+from behaviortrace.influence.sets import units as lds_units
 from behaviortrace.influence.stage import end_step, setup
-from behaviortrace.influence.table import spearman
-
-
-def bootstrap_interval(pred: np.ndarray, measured: np.ndarray, seed: int, n: int = 1000) -> tuple[float, float]:
-    """95% percentile interval of the Spearman correlation over subsets resampled with replacement."""
-    rng = np.random.default_rng(seed)
-    values = []
-    for _ in range(n):
-        i = rng.integers(0, len(pred), len(pred))
-        if np.ptp(pred[i]) > 0 and np.ptp(measured[i]) > 0:
-            values.append(spearman(pred[i], measured[i]))
-    return float(np.quantile(values, 0.025)), float(np.quantile(values, 0.975))
 
 
 def main() -> None:
@@ -88,9 +78,9 @@ def main() -> None:
         before = rollouts.filter(pl.col("step") < end).select("rollout_id", "step", "group_id", "paid")
         ids = before["rollout_id"].to_numpy()
         values = np.array([infl.get(int(z), 0.0) for z in ids])
-        groups = before.group_by("step", "group_id", maintain_order=True).agg("rollout_id")["rollout_id"].to_list()
+        n_groups = len(lds_units(before, "group"))
         print(
-            f"seed {args.seed}: T = {end}, {len(ids)} rollouts in {len(groups)} groups before T, f(w_T) = "
+            f"seed {args.seed}: T = {end}, {len(ids)} rollouts in {n_groups} groups before T, f(w_T) = "
             f"{result.f_end:.4f}; influence {seconds_influence:.0f} s; sum |I| {np.abs(values).sum():.3g}"
         )
 
@@ -138,7 +128,7 @@ def main() -> None:
         }
         position = {int(z): i for i, z in enumerate(ids)}
         for level in args.levels:
-            units = [[int(z)] for z in ids] if level == "rollout" else [list(map(int, g)) for g in groups]
+            units = lds_units(before, level)
             for fraction in args.fractions:
                 size = max(1, int(round(fraction * len(units))))
                 measured, predicted = [], {name: [] for name in scores}
@@ -173,13 +163,15 @@ def main() -> None:
                     f"median {np.median(measured):+.4g} (sd {measured.std():.3g}); |predicted by I| / |measured| "
                     f"median {ratio:.3g}"
                 )
+                resamples = Resamples(measured, 1000, args.draw_seed, "smoothness", args.seed, level, fraction)
                 for name, values_ in predicted.items():
                     values_ = np.array(values_)
                     if np.ptp(values_) == 0:
                         print(f"  {name:>10}: constant over subsets")
                         continue
-                    low, high = bootstrap_interval(values_, measured, args.draw_seed)
-                    print(f"  {name:>10}: LDS {spearman(values_, measured):+.3f} [{low:+.3f}, {high:+.3f}]")
+                    point, samples = resamples.lds(values_)
+                    low, high = interval(samples)
+                    print(f"  {name:>10}: LDS {point:+.3f} [{low:+.3f}, {high:+.3f}]")
     if args.out:
         pl.DataFrame(rows, schema_overrides={"removed": pl.List(pl.Int64)}).write_parquet(args.out)
 

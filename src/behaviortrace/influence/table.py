@@ -211,18 +211,18 @@ def lds_rows(key: tuple, level: str, pct: int, resamples: Resamples, predicted: 
     """LDS rows of one attribution at one level and subset size (its value, interval and Pearson version), and
     its bootstrap values (for margins over other attributions of the same cell)."""
     point, samples = resamples.lds(predicted)
-    low, high = interval(samples)
-    n = len(predicted)
-    rows = [
-        _row(*key, level, "all", metric, value, n, removal_percent=pct)
-        for metric, value in (
-            ("lds", point),
-            ("lds_low", low),
-            ("lds_high", high),
-            ("lds_pearson", pearson(predicted, resamples.changes)),
-        )
-    ]
+    rows = _with_interval(key, level, pct, len(predicted), "lds", point, samples)
+    rows.append(_row(*key, level, "all", "lds_pearson", pearson(predicted, resamples.changes), len(predicted), pct))
     return rows, samples
+
+
+def _with_interval(key: tuple, level: str, pct: int, n: int, metric: str, point: float, samples: np.ndarray) -> list:
+    """`metric` with its bootstrap interval as `metric_low`, `metric_high`."""
+    low, high = interval(samples)
+    return [
+        _row(*key, level, "all", name, value, n, removal_percent=pct)
+        for name, value in ((metric, point), (f"{metric}_low", low), (f"{metric}_high", high))
+    ]
 
 
 def margin_rows(key: tuple, level: str, pct: int, n: int, own: tuple, controls: list[tuple]) -> list:
@@ -232,15 +232,7 @@ def margin_rows(key: tuple, level: str, pct: int, n: int, own: tuple, controls: 
         return []
     point = own[0] - max(c[0] for c in controls)
     samples = own[1] - np.nanmax(np.stack([c[1] for c in controls]), axis=0)
-    low, high = interval(samples)
-    return [
-        _row(*key, level, "all", metric, value, n, removal_percent=pct)
-        for metric, value in (
-            ("lds_over_log_only", point),
-            ("lds_over_log_only_low", low),
-            ("lds_over_log_only_high", high),
-        )
-    ]
+    return _with_interval(key, level, pct, n, "lds_over_log_only", point, samples)
 
 
 def step_out_rows(key: tuple, step_scores: np.ndarray, changes: np.ndarray, steps: np.ndarray) -> list:

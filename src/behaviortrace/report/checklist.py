@@ -460,20 +460,20 @@ def lds_item(influence: pl.DataFrame | None, est: str, level: str, log_only: lis
     if not own.height:
         return Verdict(NA, f"no {level}-level LDS for this estimator")
     judged_alone = est in log_only  # a log-only control is judged on the threshold alone
-    verdicts, lines = [], []
+    passes, fails, verdicts, lines = [], [], [], []
     for r in own.iter_rows(named=True):
         margin = (r.get("lds_over_log_only_low"), r.get("lds_over_log_only_high"))
         compare = not judged_alone and margin[0] is not None
-        clears = r["lds_low"] >= limit and (not compare or margin[0] > 0)
-        below = r["lds_high"] < limit or (compare and margin[1] < 0)
-        verdicts.append(PASS if clears else FAIL if below else INCONCLUSIVE)
+        passes.append(r["lds_low"] >= limit and (not compare or margin[0] > 0))
+        fails.append(r["lds_high"] < limit or (compare and margin[1] < 0))
+        verdicts.append(_three(passes[-1:], fails[-1:]))
         over = f", over log-only {r['lds_over_log_only']:+.2f} [{margin[0]:+.2f}, {margin[1]:+.2f}]" if compare else ""
         draw = "" if r["draw"] is None else f" draw {r['draw']}"
         lines.append(
             f"seed {r['seed']}{draw} {r['removal_percent']}%: {r['lds']:.2f} [{r['lds_low']:.2f}, "
             f"{r['lds_high']:.2f}]{over} -> {verdicts[-1]}"
         )
-    verdict = FAIL if FAIL in verdicts else INCONCLUSIVE if INCONCLUSIVE in verdicts else PASS
+    verdict = _three(passes, fails)
     detail = f"LDS {'; '.join(lines)} (threshold {limit})"
     if shut.height:
         detail += f"; not judged where the ceiling cannot pass: {shut_text}"
