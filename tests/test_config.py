@@ -247,7 +247,7 @@ def test_paper_dag_lists_every_job_without_loading_a_model():
         ("aggregate", 1),
         ("figures", 1),
         ("effect_steps", 1),
-        ("replay", 33),
+        ("replay", 24),
         ("replay_table", 1),
     ):
         assert any(line.split() == [rule, str(count)] for line in out.splitlines()), (rule, out[-2000:])

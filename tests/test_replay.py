@@ -1,6 +1,7 @@
 """Leave-out replay: faithful to the logged TRL training, and left-out rollouts really left out."""
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 
 from behaviortrace.gradients.batch import completion_logps, pad_batch
 from behaviortrace.model import models
-from behaviortrace.replay.removal import removal_set, removal_size, top_scored
+from behaviortrace.replay.removal import random_comparisons, removal_set, removal_size, top_scored
 from behaviortrace.replay.retrain import replay_training
 from behaviortrace.train.trl_surface import group_advantages as replay_advantages
 from behaviortrace.train.trl_surface import optimizer_and_schedule, rollout_losses
@@ -159,13 +160,26 @@ def test_left_out_rollouts_leave_their_group():
 def test_removal_sets(run):
     rollouts = run["rollouts"]
     paid = set(rollouts.filter(pl.col("paid"))["rollout_id"].to_list())
-    assert removal_set("full", 100, 0, rollouts, None, 0, 0) == set()
-    assert removal_set("oracle", 100, 0, rollouts, None, 0, 0) == paid
-    half = removal_set("oracle", 50, 0, rollouts, None, 0, 0)
+    assert removal_set("full", 100, rollouts, None, 0, 0) == set()
+    assert removal_set("oracle", 100, rollouts, None, 0, 0) == paid
+    half = removal_set("oracle", 50, rollouts, None, 0, 0)
     assert half < paid and len(half) == removal_size(len(paid), 50)
-    draws = [removal_set("random", 400, r, rollouts, None, 0, 0) for r in range(5)]
-    assert all(len(d) == removal_size(len(paid), 400) for d in draws) and len({frozenset(d) for d in draws}) > 1
-    assert draws[0] == removal_set("random", 400, 0, rollouts, None, 0, 0)  # seeded
+    # An estimator's top-scored set is chosen among the rollouts before the replay's end only.
+    end = 2
+    late_first = rollouts.select("rollout_id", score=pl.col("step").cast(pl.Float64))
+    top = removal_set("gas", 100, rollouts, late_first, 0, 0, end)
+    steps = dict(zip(rollouts["rollout_id"].to_list(), rollouts["step"].to_list(), strict=True))
+    before = rollouts.filter(pl.col("step") < end)
+    assert len(top) == min(removal_size(len(paid), 100), before.height)
+    assert max(steps[i] for i in top) == end - 1  # the latest rollouts, but none of a step at or after the end
+    with pytest.raises(ValueError, match="needs the estimator's rollout scores"):
+        removal_set("gas", 100, rollouts, late_first, 0, 0)
+    # Random comparisons take as many rollouts from each step as the set does, and differ between repetitions.
+    draws = random_comparisons("gas", half, 50, 5, rollouts, 0, 0)
+    count = lambda ids: sorted(Counter(steps[i] for i in ids).items())  # noqa: E731
+    assert all(count(d) == count(half) for d in draws) and len({frozenset(d) for d in draws}) > 1
+    assert draws == random_comparisons("gas", half, 50, 5, rollouts, 0, 0)  # seeded
+    assert draws[0] != random_comparisons("oracle", half, 50, 1, rollouts, 0, 0)[0]  # a seed per set
     scores = pl.DataFrame({"rollout_id": [1, 2, 3, 4, 5], "score": [0.5, float("nan"), 0.9, 0.5, 0.1]})
     assert top_scored(scores, 1, 0) == {3}
     ties = [top_scored(scores, 2, s) for s in range(20)]

@@ -6,6 +6,7 @@ import re
 import shutil
 import statistics
 import subprocess
+from collections import Counter
 
 import numpy as np
 import polars as pl
@@ -225,8 +226,10 @@ def test_replay_table_covers_every_seed_and_removal(finished_run, out):
     _, cfg = finished_run
     table = pl.read_parquet(out / "tables" / "replay.parquet")
     rp = cfg["replay"]
-    per_seed = 1 + len(rp["removal_percent"]) * (1 + len(rp["estimators"]) + rp["random_repeats"])
-    assert table.select("seed", "removal", "removal_percent", "rep").unique().height == len(cfg["seeds"]) * per_seed
+    # full, then per percent the oracle and every estimator, each with its step-matched random repetitions
+    per_seed = 1 + len(rp["removal_percent"]) * (1 + len(rp["estimators"])) * (1 + rp["random_repeats"])
+    keys = ["seed", "removal", "matched_to", "removal_percent", "rep"]
+    assert table.select(keys).unique().height == len(cfg["seeds"]) * per_seed
     # each measured checkpoint (window end, last step) for probes and controls
     assert table.height == len(cfg["seeds"]) * per_seed * len(rp["measure_at"]) * 2
     full = table.filter(pl.col("removal") == "full")
@@ -239,9 +242,21 @@ def test_replay_table_covers_every_seed_and_removal(finished_run, out):
         removed = set(oracle["removed_ids"][0].to_list())
         assert removed == set(rollouts.filter(pl.col("paid"))["rollout_id"].to_list())
         gas = table.filter((pl.col("seed") == seed) & (pl.col("removal") == "gas"))["removed_ids"][0].to_list()
+        # the top-scored set among the rollouts of the steps before the replay's last measured checkpoint
+        end = table["step"].max()
         scores = pl.read_parquet(out / f"planted{seed}" / "scores" / "gas" / "draw0_in_context.parquet")
+        scores = scores.join(rollouts.select("rollout_id", "step"), on="rollout_id")
+        assert scores.filter(pl.col("rollout_id").is_in(gas))["step"].max() < end
         cutoff = scores.filter(pl.col("rollout_id").is_in(gas))["score"].min()
-        assert (scores.filter(~pl.col("rollout_id").is_in(gas))["score"] <= cutoff).all()
+        assert (scores.filter(~pl.col("rollout_id").is_in(gas) & (pl.col("step") < end))["score"] <= cutoff).all()
+        # every random comparison takes as many rollouts from each step as the set it is matched to
+        steps = dict(zip(rollouts["rollout_id"].to_list(), rollouts["step"].to_list(), strict=True))
+        for name, ids in (("gas", gas), ("oracle", list(removed))):
+            matched = table.filter((pl.col("seed") == seed) & (pl.col("matched_to") == name))
+            assert matched["rep"].n_unique() == rp["random_repeats"]
+            per_step = Counter(steps[i] for i in ids)
+            for other in matched.unique("rep")["removed_ids"].to_list():
+                assert Counter(steps[i] for i in other) == per_step
 
 
 def _window_end_probe_rows(out) -> list[dict]:
@@ -267,7 +282,7 @@ def test_replay_has_power_verdict_recomputed(finished_run, out, checklist):
             random = [
                 r["behavior_rate"] - full[seed]
                 for r in rows
-                if (r["seed"], r["removal"], r["removal_percent"]) == (seed, "random", pct)
+                if (r["seed"], r["matched_to"], r["removal_percent"]) == (seed, "oracle", pct)
             ]
             assert len(oracle) == 1 and len(random) == cfg["replay"]["random_repeats"]
             ok.append(oracle[0] <= -cfg["checklist"]["min_oracle_drop"] and oracle[0] < min(random))
@@ -281,9 +296,14 @@ def test_replay_beats_random_verdict_recomputed(finished_run, out, checklist):
     beaten = []
     for seed in cfg["seeds"]:
         for pct in cfg["replay"]["removal_percent"]:
-            cell = [(r["removal"], r["change"]) for r in rows if (r["seed"], r["removal_percent"]) == (seed, pct)]
-            gas = [change for removal, change in cell if removal == "gas"]
-            random = [change for removal, change in cell if removal == "random"]
+            cell = [
+                (r["removal"], r["matched_to"], r["change"])
+                for r in rows
+                if (r["seed"], r["removal_percent"]) == (seed, pct)
+            ]
+            gas = [change for removal, matched, change in cell if removal == "gas"]
+            random = [change for removal, matched, change in cell if matched == "gas"]
+            assert len(gas) == 1 and len(random) == cfg["replay"]["random_repeats"]
             beaten.append(gas[0] < min(random))
     verdicts = {est: row["replay_beats_random"]["verdict"] for est, row in checklist["estimators"].items()}
     assert verdicts["gas"] == ("pass" if all(beaten) else "fail")
@@ -309,6 +329,16 @@ def test_effect_metrics_recomputed_from_the_step_log_and_the_step_scores(
     }
     assert rows["effect_pearson"]["value"] == pytest.approx(np.corrcoef(score, change)[0, 1], abs=1e-9)
     assert rows["effect_spearman"]["value"] == pytest.approx(_brute_spearman(score, change), abs=1e-9)
+    # Given the step number: the correlation of the ranks' residuals after a least-squares fit on the step's rank.
+    step_ranks = pl.Series(steps["step"].to_numpy()[keep]).rank().to_numpy()
+    design = np.column_stack([np.ones(len(step_ranks)), step_ranks])
+
+    def residual(v):
+        r = pl.Series(v).rank().to_numpy()
+        return r - design @ np.linalg.lstsq(design, r, rcond=None)[0]
+
+    given = np.corrcoef(residual(score), residual(change))[0, 1]
+    assert rows["effect_spearman_given_step"]["value"] == pytest.approx(given, abs=1e-9)
     assert rows["effect_pearson"]["n"] == sum(keep)
     # Only estimators whose step scores predict the change in its units, against the forced target, get a share.
     if estimator == "tracincp":

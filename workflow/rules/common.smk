@@ -88,7 +88,8 @@ PREPARED = f"{SEED_DIR}/scores/{{estimator}}/prepared.npz"
 METRICS = f"{SEED_DIR}/metrics/draw{{draw}}.parquet"
 METRICS_CACHE = f"{SEED_DIR}/metrics/cache/draw{{draw}}"
 TOKEN_COSINES = f"{SEED_DIR}/metrics/draw{{draw}}_token_cosines.parquet"
-REPLAY = f"{OUT}/planted{{seed}}/replay/{{removal}}_p{{pct}}_r{{rep}}.parquet"
+# A removal set's replay and those of the random sets step-matched to it (none for `full`).
+REPLAY = f"{OUT}/planted{{seed}}/replay/{{removal}}_p{{pct}}.parquet"
 # Exact influence per arm and seed (rule influence).
 INFLUENCE = f"{SEED_DIR}/influence/rollouts.parquet"
 INFLUENCE_STEPS = f"{SEED_DIR}/influence/steps.parquet"
@@ -163,11 +164,10 @@ def score_files(wildcards):
 
 
 def replay_runs():
-    """(removal, pct, rep) of every replay of one seed; removal 'full' leaves nothing out."""
-    runs = [("full", 0, 0)]
+    """(removal, pct) of every replay job of one seed; removal 'full' leaves nothing out."""
+    runs = [("full", 0)]
     for pct in CFG.replay.removal_percent:
-        runs += [("oracle", pct, 0)] + [(e, pct, 0) for e in CFG.replay.estimators]
-        runs += [("random", pct, r) for r in range(CFG.replay.random_repeats)]
+        runs += [("oracle", pct)] + [(e, pct) for e in CFG.replay.estimators]
     return runs
 
 
@@ -214,7 +214,7 @@ def influence_score_files(pattern):
     return [score_path(pattern, arm, seed, e, t, d) for arm, seed, d, e, t in INFLUENCE_SCORE_KEYS]
 
 
-REPLAY_FILES = [REPLAY.format(seed=s, removal=m, pct=p, rep=r) for s in SEEDS for m, p, r in replay_runs()]
+REPLAY_FILES = [REPLAY.format(seed=s, removal=m, pct=p) for s in SEEDS for m, p in replay_runs()]
 # Every metrics file with its arm, and the planted seeds' rollout scores (for the rank correlation
 # between draws) keyed by (seed, estimator, target, draw): scripts get the keys beside the paths.
 METRIC_FILES = [(arm, METRICS.format(arm=arm, seed=seed, draw=draw)) for arm, seed in ARM_SEEDS for draw in DRAWS]

@@ -9,9 +9,9 @@ rule replay:
     output:
         REPLAY,
     log:
-        f"{LOGS}/replay/seed{{seed}}_{{removal}}_p{{pct}}_r{{rep}}.log",
+        f"{LOGS}/replay/seed{{seed}}_{{removal}}_p{{pct}}.log",
     benchmark:
-        f"{BENCHMARKS}/replay/seed{{seed}}_{{removal}}_p{{pct}}_r{{rep}}.tsv"
+        f"{BENCHMARKS}/replay/seed{{seed}}_{{removal}}_p{{pct}}.tsv"
     priority: replay_priority
     conda:
         CONDA_ENV

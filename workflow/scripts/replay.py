@@ -1,4 +1,4 @@
-"""Rule replay: retrain one seed with one set of rollouts left out; behavior at the window's end and last step."""
+"""Rule replay: retrain one seed with one set of rollouts left out, and with each random set step-matched to it."""
 
 from pathlib import Path
 
@@ -12,7 +12,6 @@ replay_job(
     seed=int(w.seed),
     removal=w.removal,
     pct=int(w.pct),
-    rep=int(w.rep),
     rollouts_path=Path(sm.input.rollouts),
     checkpoints_path=Path(sm.input.checkpoints),
     base_model=Path(sm.input.base_model),

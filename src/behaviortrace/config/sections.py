@@ -322,7 +322,7 @@ class Replay:
 
     estimators: list[str] = key(
         ["gas", "trak", "tracincp", "adam_tracin", "norm", "fluency"],
-        "estimators whose top-scored rollouts are left out",
+        "estimators whose top-scored rollouts (of the steps before the last measured checkpoint) are left out",
         uniqueItems=True,
     )
     target_kind: TargetKind = key("in_context", "target kind of the targeted estimators' scores that rank the rollouts")
@@ -335,7 +335,9 @@ class Replay:
         items={"minimum": 1, "maximum": 1000},
     )
     random_repeats: int = key(
-        3, "as many rollouts left out at random, this many times (the spread is the interval)", minimum=1
+        3,
+        "random sets per removal set, each with as many rollouts from each step as it (the spread is the interval)",
+        minimum=1,
     )
     seed: int = key(0, "seed of the random sets and of breaking ties in the rankings", minimum=0)
     measure_at: list[CheckpointName] = key(
@@ -460,8 +462,9 @@ class Checklist:
     effect_target_kind: TargetKind = key(
         "forced", "target kind that step scores track the measured behavior change judges (forced: the one measured)"
     )
-    effect_metric: Literal["effect_pearson", "effect_spearman"] = key(
-        "effect_spearman", "correlation of step scores with each step's measured change"
+    effect_metric: Literal["effect_pearson", "effect_spearman", "effect_spearman_given_step"] = key(
+        "effect_spearman",
+        "correlation of step scores with each step's measured change (given_step: beyond a shared trend over steps)",
     )
     min_effect_correlation: float = key(0.3, "that correlation, every seed and draw", minimum=-1, maximum=1)
     min_lds: float = key(

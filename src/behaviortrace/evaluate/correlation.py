@@ -28,11 +28,11 @@ def spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return pearson(ranks(x), ranks(y))
 
 
-def partial_spearman(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> float:
-    """Spearman correlation of x and y given z: what remains of their agreement once a shared trend in z (the
-    step number, where both decay with it) is taken out. The partial Pearson correlation of the ranks; NaN where
-    z's ranks explain x's or y's entirely."""
+def partial_spearman(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Spearman correlation of x and y given z, along the last axis: what remains of their agreement once a
+    shared trend in z (the step number, where both decay with it) is taken out. The partial Pearson correlation
+    of the ranks; NaN where z's ranks explain x's or y's entirely."""
     rx, ry, rz = (ranks(np.asarray(v, float)) for v in (x, y, z))
-    xy, xz, yz = (float(pearson(a, b)) for a, b in ((rx, ry), (rx, rz), (ry, rz)))
+    xy, xz, yz = pearson(rx, ry), pearson(rx, rz), pearson(ry, rz)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return float((xy - xz * yz) / np.sqrt((1 - xz**2) * (1 - yz**2)))
+        return (xy - xz * yz) / np.sqrt((1 - xz**2) * (1 - yz**2))

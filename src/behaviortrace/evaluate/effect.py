@@ -4,7 +4,8 @@ on the probe prompts (train/effect.py, in the step log). Labels say which rollou
 behavior; this says which steps moved it, whatever the labels.
 
 Per estimator and target, over the steps of a stratum: Pearson and Spearman correlation of the step score
-(the aggregate of its rollout scores) with the measured change and, for estimators whose step scores are
+(the aggregate of its rollout scores) with the measured change, the Spearman correlation given the step number
+(both can decay over training: a shared trend alone would make them agree) and, for estimators whose step scores are
 first-order predictions of that change in its own units (`PREDICTS_CHANGE`, scored against the forced
 target, the function measured), the share of the total change they account for: sum of scores / sum of
 changes. Intervals: a circular block bootstrap over steps (`block_resamples`; resamples shared by every
@@ -18,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from behaviortrace.evaluate.correlation import pearson, spearman
+from behaviortrace.evaluate.correlation import partial_spearman, pearson, spearman
 
 EFFECT_STRATA = ("all", "window", "after_window")
 MEASURED_TARGET = "forced"
@@ -67,6 +68,7 @@ class EffectCell:
         out = {
             "effect_pearson": (pearson(s, d), len(self.steps)),
             "effect_spearman": (spearman(s, d), len(self.steps)),
+            "effect_spearman_given_step": (partial_spearman(s, d, self.steps[self.draws]), len(self.steps)),
         }
         if with_share:
             with np.errstate(invalid="ignore", divide="ignore"):

@@ -218,7 +218,7 @@ def retrained_sets(
     if inf.leave_step_out:
         out += [Zeroed("step", "step", 100, step, s) for step, s in enumerate(step_sets(before, end))]
     out += [
-        Zeroed("oracle", "rollout", pct, 0, removal_set("oracle", pct, 0, rollouts, None, replay_seed, seed))
+        Zeroed("oracle", "rollout", pct, 0, removal_set("oracle", pct, rollouts, None, replay_seed, seed))
         for pct in oracle_percents
     ]
     return out
@@ -252,14 +252,15 @@ def influence_set_job(
     replay/removal.py chooses it), in the influence's dtype."""
     from behaviortrace.influence.precision import full_precision
     from behaviortrace.influence.retrain import value_after
-    from behaviortrace.replay.removal import removal_set
+    from behaviortrace.replay.removal import measured_steps, removal_set
 
     end = end_step(cfg)
     traj, objective, _, rollouts, _ = setup(
         cfg, rollouts_path, checkpoints_path, base_model, probes_path, cfg.influence.dtype
     )
     scores = pl.read_parquet(scores_path) if scores_path else None
-    removed = removal_set(removal, pct, 0, rollouts, scores, cfg.replay.seed, seed)
+    replay_end = max(measured_steps(cfg.replay, cfg.planting, cfg.grpo.steps))
+    removed = removal_set(removal, pct, rollouts, scores, cfg.replay.seed, seed, replay_end)
     started = time.time()
     with full_precision(traj.model):
         value = value_after(traj, traj.state(), dict.fromkeys(removed, 0.0), end, objective)

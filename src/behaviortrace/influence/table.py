@@ -109,7 +109,7 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 def given_step(x: np.ndarray, y: np.ndarray, steps: np.ndarray) -> float:
     """Spearman of x and y given the step number; NaN with fewer than 4 steps."""
-    return correlation.partial_spearman(x, y, steps) if len(x) >= 4 else float("nan")
+    return float(correlation.partial_spearman(x, y, steps)) if len(x) >= 4 else float("nan")
 
 
 def top_share(scores: np.ndarray, m: int) -> np.ndarray:

@@ -1,5 +1,6 @@
 """The replay table: each replay's behavior rates, their change against the full replay (nothing left out)
-of the same seed, and for the random removals the spread over repetitions."""
+of the same seed, and for the random removals (each step-matched to one set: `matched_to`) the spread over
+repetitions."""
 
 from __future__ import annotations
 
@@ -20,16 +21,18 @@ def replay_table(files: list[Path]) -> pl.DataFrame:
     return (
         runs.join(full, on=KEYS, how="left")
         .with_columns(change=pl.col("behavior_rate") - pl.col("full_rate"))
-        .sort("seed", "removal", "removal_percent", "rep", "step", "prompt_set")
+        .sort("seed", "removal", "matched_to", "removal_percent", "rep", "step", "prompt_set", nulls_last=True)
     )
 
 
 def summary(table: pl.DataFrame) -> pl.DataFrame:
-    """Per seed, removal, removal percent and measurement: the mean change and its range over repetitions (one for
-    every removal but random)."""
+    """Per seed, removal (random ones per set they are matched to), removal percent and measurement: the mean
+    change and its range over repetitions (one for every removal but random)."""
     return (
         table.filter(pl.col("removal") != "full")
-        .group_by("seed", "removal", "removal_percent", "removal_size", "checkpoint", "step", "prompt_set")
+        .group_by(
+            "seed", "removal", "matched_to", "removal_percent", "removal_size", "checkpoint", "step", "prompt_set"
+        )
         .agg(
             pl.col("behavior_rate").mean(),
             pl.col("change").mean(),
@@ -38,8 +41,13 @@ def summary(table: pl.DataFrame) -> pl.DataFrame:
             pl.col("n_removed_paid").mean(),
             pl.len().alias("reps"),
         )
-        .sort("seed", "removal_percent", "checkpoint", "prompt_set", "removal")
+        .sort("seed", "removal_percent", "checkpoint", "prompt_set", "removal", "matched_to", nulls_last=True)
     )
+
+
+def label(removal: str, matched_to: str | None) -> str:
+    """How a removal is named in tables and figures: a random one by the set whose steps it matches."""
+    return f"random ~ {matched_to}" if matched_to else removal
 
 
 def window_end_probes(table: pl.DataFrame) -> pl.DataFrame:
@@ -52,9 +60,11 @@ def to_markdown(table: pl.DataFrame) -> str:
     parts = [
         "# Leave-out replay\n",
         "Each seed is retrained from its step-0 checkpoint on its logged rollouts with a set of rollouts left out "
-        "(its size a percentage of n_paid): an estimator's top-scored set, the paid set itself (oracle), or as many "
-        "at random (mean and [min, max] over repetitions). Change is the behavior rate minus that of the full "
-        "replay (nothing left out); negative means removing the set lowered the behavior.\n",
+        "(its size a percentage of n_paid): an estimator's top-scored set among the rollouts of the steps before the "
+        "last measured checkpoint, or the paid set itself (oracle). Each set is compared with random sets that take "
+        "as many rollouts from each step as it does (`random ~ set`: mean and [min, max] over repetitions). Change "
+        "is the behavior rate minus that of the full replay (nothing left out); negative means removing the set "
+        "lowered the behavior.\n",
     ]
     full = table.filter(pl.col("removal") == "full").sort("seed", "step", "prompt_set")
     parts.append("## Full replay (nothing left out)\n")
@@ -86,14 +96,25 @@ def to_markdown(table: pl.DataFrame) -> str:
     ):
         parts.append(f"## removal of {pct}% of n_paid, {prompt_set} at {checkpoint.replace('_', ' ')}\n")
         rows = []
-        for r in grp.sort("seed", "removal").iter_rows(named=True):
+        # Each set followed by its random comparison.
+        ordered = grp.with_columns(set=pl.coalesce("matched_to", "removal")).sort(
+            "seed", "set", "matched_to", nulls_last=False
+        )
+        for r in ordered.iter_rows(named=True):
             spread = (
                 f"{r['change']:+.3f} [{r['change_low']:+.3f}, {r['change_high']:+.3f}]"
                 if r["reps"] > 1
                 else f"{r['change']:+.3f}"
             )
             rows.append(
-                [r["seed"], r["removal"], r["removal_size"], f"{r['n_removed_paid']:.0f}", r["behavior_rate"], spread]
+                [
+                    r["seed"],
+                    label(r["removal"], r["matched_to"]),
+                    r["removal_size"],
+                    f"{r['n_removed_paid']:.0f}",
+                    r["behavior_rate"],
+                    spread,
+                ]
             )
         parts.append(
             markdown_table(["seed", "removed", "removal size", "of them paid", "behavior rate", "change"], rows)

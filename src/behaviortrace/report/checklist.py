@@ -62,9 +62,9 @@ ITEMS = {
     "is small",
     "replay_has_power": "The causal check has power: leaving out the paid set and retraining lowers the probe behavior "
     "rate at the window's end by at least the threshold, and more than every removal of as "
-    "many rollouts at random, on every seed and k",
+    "many rollouts at random from the same steps, on every seed and k",
     "replay_beats_random": "Removing its top-scored rollouts and retraining lowers the probe behavior rate at the "
-    "window's end more than every removal of k rollouts at random, on every seed and k",
+    "window's end more than every removal of k rollouts at random from the same steps, on every seed and k",
     "tracks_effect": "Step scores track the measured behavior change: correlation of each step's score with the "
     "measured change of the forced target's log-prob across that step's update, on every seed and draw (beside "
     "it, the same correlation for the number of ground-truth rollouts per step)",
@@ -337,10 +337,12 @@ def placebo_no_enrichment(metrics: pl.DataFrame, est: str, target: str, stratum:
 
 def _against_random(s: pl.DataFrame, removal: str) -> pl.DataFrame:
     """Per seed and k, from the replay summary at the window's end on probes: the change in probe rate when
-    `removal`'s set is left out, beside the most negative change of the random removals."""
-    rand = s.filter(pl.col("removal") == "random").select("seed", "removal_percent", random_low=pl.col("change_low"))
+    `removal`'s set is left out, beside the most negative change of the random sets step-matched to it."""
+    rand = s.filter((pl.col("removal") == "random") & (pl.col("matched_to") == removal)).select(
+        "seed", "removal_percent", random_low=pl.col("change_low")
+    )
     return (
-        s.filter(pl.col("removal") == removal)
+        s.filter((pl.col("removal") == removal) & pl.col("matched_to").is_null())
         .join(rand, on=["seed", "removal_percent"], how="inner")
         .with_columns(below_random=pl.col("change") < pl.col("random_low"))
         .sort("seed", "removal_percent")
@@ -384,10 +386,10 @@ def replay_beats_random(s: pl.DataFrame, est: str) -> Verdict:
 
 def tracks_effect(metrics: pl.DataFrame, est: str, cfg: Checklist) -> Verdict:
     """The estimator's effect correlation on every seed and draw, shown beside that of the labels' count."""
-    rows = judged(metrics, cfg.effect_target_kind, cfg.stratum).filter(
-        (pl.col("level") == "effect") & (pl.col("metric") == cfg.effect_metric)
-    )
+    effect = judged(metrics, cfg.effect_target_kind, cfg.stratum).filter(pl.col("level") == "effect")
+    rows = effect.filter(pl.col("metric") == cfg.effect_metric)
     own = rows.filter(pl.col("estimator") == est).sort("seed", "draw")
+    given = effect.filter((pl.col("metric") == "effect_spearman_given_step") & (pl.col("estimator") == est))
     if not own.height:
         return Verdict(NA, "no measured effect to compare with (step log without target_change)")
     labels = rows.filter(pl.col("estimator") == "paid_per_step").sort("seed", "draw")
@@ -398,7 +400,8 @@ def tracks_effect(metrics: pl.DataFrame, est: str, cfg: Checklist) -> Verdict:
     paid = ", ".join(f"{v:.2f}" for v in labels.unique(["seed", "draw"], maintain_order=True)["value"].to_list())
     return Verdict(
         _three(ok, below),
-        f"{cfg.effect_metric} {text} (interval at least {limit}); paid count per step: {paid}",
+        f"{cfg.effect_metric} {text} (interval at least {limit}); given the step number: "
+        f"{', '.join(f'{v:.2f}' for v in given.sort('seed', 'draw')['value'].to_list())}; paid count per step: {paid}",
         {"cells": len(ok), "tracking": int(sum(ok)), "values": own["value"].to_list()},
     )
 

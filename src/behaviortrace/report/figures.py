@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
-from behaviortrace.replay.table import window_end_probes  # noqa: E402
+from behaviortrace.replay.table import label, window_end_probes  # noqa: E402
 from behaviortrace.report.tables import PLANTED, judged  # noqa: E402
 
 DPI = 110
@@ -199,18 +199,21 @@ def token_alignment(metrics: pl.DataFrame, path: Path) -> None:
 
 
 def replay(table: pl.DataFrame, path: Path) -> None:
-    """Change in the probe behavior rate at the window's end when each set is left out, per seed."""
+    """Change in the probe behavior rate at the window's end when each set is left out, per seed, each beside
+    the random sets step-matched to it."""
     s = window_end_probes(table)
     pcts = sorted(s["removal_percent"].unique().to_list()) or [100]
     fig, axes = plt.subplots(1, len(pcts), figsize=(7 * len(pcts), 3.8), squeeze=False)
     for ax, pct in zip(axes[0], pcts, strict=False):
         d = s.filter(pl.col("removal_percent") == pct)
-        removals = ["oracle"] + sorted(set(d["removal"].to_list()) - {"oracle", "random"}) + ["random"]
+        d = d.with_columns(name=pl.Series([label(*r) for r in d.select("removal", "matched_to").iter_rows()]))
+        sets = ["oracle"] + sorted(set(d["removal"].to_list()) - {"oracle", "random"})
+        removals = [n for m in sets for n in (m, label("random", m))]
         seeds = sorted(d["seed"].unique().to_list())
         width = 0.8 / max(1, len(seeds))
         for j, seed in enumerate(seeds):
             for i, removal in enumerate(removals):
-                r = d.filter((pl.col("seed") == seed) & (pl.col("removal") == removal))
+                r = d.filter((pl.col("seed") == seed) & (pl.col("name") == removal))
                 if not r.height:
                     continue
                 v, lo, hi = r["change"][0], r["change_low"][0], r["change_high"][0]

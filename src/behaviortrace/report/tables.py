@@ -29,6 +29,11 @@ SUMMARY_METRICS = [
     ("behavior_matched_auc", ("rollout",), "Behavior-matched AUC (among behavior-showing trigger rollouts)"),
     ("behavior_matched_lift", ("step", "step_summed"), "Behavior-matched step lift (the same rollouts, step scores)"),
     ("effect_spearman", ("effect",), "Step scores against each step's measured behavior change (Spearman)"),
+    (
+        "effect_spearman_given_step",
+        ("effect",),
+        "The same given the step number (partial Spearman: the agreement beyond a shared trend over the steps)",
+    ),
     ("effect_pearson", ("effect",), "Step scores against each step's measured behavior change (Pearson)"),
     ("effect_share", ("effect",), "Share of the total measured change predicted (sum of step scores / sum of changes)"),
 ]
