@@ -242,7 +242,7 @@ def test_paper_dag_lists_every_job_without_loading_a_model():
         ("training_summary", 1),
         ("targets", 8),
         ("headroom", 1),
-        ("score", 108),
+        ("score", 120),
         ("evaluate", 8),
         ("aggregate", 1),
         ("figures", 1),

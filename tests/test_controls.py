@@ -16,7 +16,15 @@ from behaviortrace.score import contract
 from behaviortrace.score.view import SeedView
 from conftest import default_config, typed
 
-LOG_ONLY = ["advantage", "reward", "behavior", "behavior_advantage"]
+LOG_ONLY = [
+    "advantage",
+    "reward",
+    "behavior",
+    "behavior_advantage",
+    "step_reward_variance",
+    "step_active_groups",
+    "step_paid",
+]
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +49,27 @@ def cell_rows(metrics, **where):
     return rows
 
 
+def _step_controls_by_hand(log: pl.DataFrame) -> dict[str, np.ndarray]:
+    """The step-level log-only controls with plain loops over the log: each rollout gets its step's value."""
+    rows = log.to_dicts()
+    by_step: dict[int, list[dict]] = {}
+    for r in rows:
+        by_step.setdefault(r["step"], []).append(r)
+    variance, active, paid = {}, {}, {}
+    for step, members in by_step.items():
+        rewards = np.array([m["base_reward"] + m["bonus"] - m["penalty"] for m in members])
+        variance[step] = float(((rewards - rewards.mean()) ** 2).mean())
+        groups: dict[int, list[float]] = {}
+        for m in members:
+            groups.setdefault(m["group_id"], []).append(m["advantage"])
+        active[step] = sum(any(a != 0 for a in adv) for adv in groups.values()) / len(groups)
+        paid[step] = float(any(m["bonus"] > 0 for m in members))
+    return {
+        name: np.array([values[r["step"]] for r in rows])
+        for name, values in (("step_reward_variance", variance), ("step_active_groups", active), ("step_paid", paid))
+    }
+
+
 def test_log_only_controls_read_the_rollout_log_and_nothing_else(out):
     view = view_of(out, "planted0")
     log = pl.read_parquet(out / "planted0" / "rollouts.parquet")
@@ -50,6 +79,7 @@ def test_log_only_controls_read_the_rollout_log_and_nothing_else(out):
         "reward": (log["base_reward"] + log["bonus"] - log["penalty"]).to_numpy(),
         "behavior": log["behavior"].cast(pl.Float64).to_numpy(),
         "behavior_advantage": np.where(log["behavior"].to_numpy(), log["advantage"].to_numpy(), 0.0),
+        **_step_controls_by_hand(log),
     }
     for name, values in expected.items():
         instance = contract.Instance.of(name, {})

@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from behaviortrace.common.markdown import markdown_to_html
+from behaviortrace.report import tables
 from behaviortrace.score import contract
 from conftest import snakemake
 from tolerance import UPDATE_TOLERANCE, within
@@ -182,6 +183,68 @@ def test_beats_norm_at_rollout_level_verdict_recomputed(metrics, checklist, esti
     expected = "fail" if any(below) else "pass" if all(beaten) else "inconclusive"
     assert checklist["estimators"][estimator]["beats_norm_rollout"]["verdict"] == expected
     assert checklist["estimators"]["norm"]["beats_norm_rollout"]["verdict"] == "n/a"
+
+
+@pytest.mark.parametrize("estimator", ["gas", "norm"])
+def test_beats_fluency_verdict_recomputed_with_fluency_taken_both_ways(
+    finished_run, out, metrics, checklist, estimator
+):
+    """Fluency's AUROC v counts as max(v, 1 - v): its interval is folded at 0.5 before the comparison. The
+    controls page shows, per stratum, on how many cells the estimator lies wholly above it."""
+    _, cfg = finished_run
+    limits = cfg["checklist"]
+    target = "none" if estimator == "norm" else limits["target_kind"]
+    page = (out / "tables" / "controls.md").read_text()
+    beaten, below = [], []
+    for stratum in limits["fluency_strata"]:
+        wins, cells = 0, 0
+        for r in _rows(
+            metrics,
+            arm="planted",
+            estimator=estimator,
+            target=target,
+            level="rollout",
+            stratum=stratum,
+            metric=limits["fluency_metric"],
+        ):
+            (f,) = _rows(
+                metrics,
+                arm="planted",
+                estimator="fluency",
+                level="rollout",
+                stratum=stratum,
+                metric=limits["fluency_metric"],
+                seed=r["seed"],
+                draw=r["draw"],
+            )
+            straddles = f["ci_low"] <= 0.5 <= f["ci_high"]
+            low = 0.5 if straddles else max(f["ci_low"], 1 - f["ci_high"])
+            high = max(f["ci_high"], 1 - f["ci_low"])
+            beaten.append(r["ci_low"] > high)
+            below.append(r["ci_high"] < low)
+            wins, cells = wins + beaten[-1], cells + 1
+        section = page[page.index(f"### Stratum `{stratum}`") :]
+        row = next(line for line in section.splitlines() if line.startswith(f"| {estimator} |"))
+        assert row.rstrip(" |").endswith(f" {wins}/{cells}"), (stratum, row)
+    assert beaten
+    expected = "fail" if any(below) else "pass" if all(beaten) else "inconclusive"
+    assert checklist["estimators"][estimator]["beats_fluency"]["verdict"] == expected
+
+
+def test_both_ways_folds_an_auc_interval_at_chance():
+    rows = pl.DataFrame(
+        {
+            "estimator": ["fluency"] * 3 + ["gas"],
+            "metric": ["auroc"] * 4,
+            "value": [0.3, 0.55, 0.8, 0.3],
+            "ci_low": [0.2, 0.4, 0.7, 0.2],
+            "ci_high": [0.4, 0.7, 0.9, 0.4],
+        }
+    )
+    folded = tables.both_ways(rows, "fluency", "auroc")
+    assert folded["value"].to_list() == pytest.approx([0.7, 0.55, 0.8, 0.3])
+    assert folded["ci_low"].to_list() == pytest.approx([0.6, 0.5, 0.7, 0.2])
+    assert folded["ci_high"].to_list() == pytest.approx([0.8, 0.7, 0.9, 0.4])
 
 
 def test_checklist_lists_every_item_threshold_and_estimator(finished_run, out, checklist):

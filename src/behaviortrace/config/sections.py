@@ -430,8 +430,9 @@ class Checklist:
     rollout_metric: Literal[
         "within_group_auc", "within_group_auc_fluency_resid", "auroc", "lift", "average_precision"
     ] = key("within_group_auc", "rollout-level metric for the same two items")
-    fluency_metric: Literal["within_group_auc", "auroc", "lift", "average_precision"] = key(
-        "auroc", "rollout-level metric for beats fluency (fluency is a global predictor)"
+    fluency_metric: Literal["within_group_auc", "auroc"] = key(
+        "auroc",
+        "rollout-level metric for beats fluency (fluency is a global predictor), an AUC: fluency is taken both ways",
     )
     fluency_strata: list[Stratum] = key(
         ["all", "saturated"], "beats fluency must hold in each of these strata", minItems=1
@@ -498,6 +499,9 @@ DEFAULT_ESTIMATORS = {
     "reward": {},
     "behavior": {},
     "behavior_advantage": {},
+    "step_reward_variance": {},
+    "step_active_groups": {},
+    "step_paid": {},
 }
 _NAME = "^[a-z][a-z0-9_]*$"
 

@@ -41,10 +41,12 @@ ITEMS = {
     "beats_norm_step": "Beats the norm control at step level on every seed and draw (non-overlapping intervals; "
     "norm at its strongest step variant)",
     "beats_norm_rollout": "Beats the norm control at rollout level on every seed and draw",
-    "beats_fluency": "Beats the fluency control at rollout level on every seed and draw, in every listed stratum",
+    "beats_fluency": "Beats the fluency control at rollout level on every seed and draw, in every listed stratum, "
+    "fluency taken both ways (max(AUC, 1 - AUC): a reversed predictor predicts as well)",
     "beats_log_only": "Beats the log-only controls (the rollout log alone: advantage, reward, behavior, "
-    "behavior_advantage) at step and rollout level on every seed and draw: its interval wholly above that of the "
-    "strongest of them, on the metrics of the norm items",
+    "behavior_advantage; at step level also the step's reward variance, share of active groups, and whether it "
+    "paid) at step and rollout level on every seed and draw: its interval wholly above that of the strongest of "
+    "them, on the metrics of the norm items",
     "survives_fluency_residualization": "Within-group AUC after residualizing on fluency has its interval above "
     "0.5 on every seed and draw",
     "stable_across_draws": "Stable across generation draws: rank correlation of rollout scores between draws, and "
@@ -233,14 +235,15 @@ def beats(
     controls: list[str],
     comparisons: list[tuple[str, str, str]],
     target: str,
+    two_sided: bool = False,
 ) -> Verdict:
     """The estimator's interval wholly above the strongest control's in every cell of every (level, metric,
-    stratum) comparison."""
+    stratum) comparison; with `two_sided`, the controls taken both ways (an AUC of 0.3 counts as 0.7)."""
     if est in controls:
         return Verdict(NA, "is the control" if len(controls) == 1 else "is one of the controls")
     cells, below, lines = [], [], []
     for level, metric, stratum in comparisons:
-        t = beats_table(metrics, est, controls, level, metric, stratum, target)
+        t = beats_table(metrics, est, controls, level, metric, stratum, target, two_sided)
         if not t.height:
             continue
         cells += t["beats"].to_list()
@@ -514,7 +517,12 @@ def build(
             "beats_norm_step": beats(metrics, est, ["norm"], [("step", cfg.step_metric, stratum)], target),
             "beats_norm_rollout": beats(metrics, est, ["norm"], [("rollout", cfg.rollout_metric, stratum)], target),
             "beats_fluency": beats(
-                metrics, est, ["fluency"], [("rollout", cfg.fluency_metric, s) for s in cfg.fluency_strata], target
+                metrics,
+                est,
+                ["fluency"],
+                [("rollout", cfg.fluency_metric, s) for s in cfg.fluency_strata],
+                target,
+                two_sided=True,
             ),
             "beats_log_only": beats(
                 metrics,

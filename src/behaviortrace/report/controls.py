@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from behaviortrace.common.markdown import markdown_table
-from behaviortrace.report.tables import PLANTED, judged, per_seed
+from behaviortrace.report.tables import PLANTED, beats_table, judged, per_seed
 
 # (metric, heading): the raw rollout-level metrics, then those the log-only controls cannot win by construction.
 METRICS = [
@@ -76,3 +76,37 @@ def _verdict_lines(values: pl.DataFrame, log_only: list[str]) -> list[str]:
         names = ", ".join(f"{r['estimator']} {r['value']:.3f}" for r in above.iter_rows(named=True)) or "none"
         lines.append(f"- {heading}: the strongest log-only control is {best} at {bar:.3f}; above it: {names}.")
     return lines
+
+
+def fluency_markdown(metrics: pl.DataFrame, target: str, metric: str, strata: list[str]) -> str:
+    """Fluency taken both ways, per stratum: its AUC v and max(v, 1 - v) per seed, every estimator beside it,
+    and on how many seed × draw cells each estimator's interval lies wholly above fluency's folded one."""
+    parts = [
+        "## Fluency, taken both ways\n",
+        f"A predictor whose `{metric}` is 0.3 ranks the labels as well as one with 0.7, reversed; checklist item "
+        "`beats_fluency` therefore compares with fluency's max(v, 1 − v), its interval folded at 0.5. Per stratum "
+        "(`checklist.fluency_strata`; `saturated`: rollouts of checkpoints where the probe behavior rate is at or "
+        "above `evaluation.saturation`), each seed's mean over draws.\n",
+    ]
+    for stratum in strata:
+        rows = judged(metrics, target, stratum).filter((pl.col("level") == "rollout") & (pl.col("metric") == metric))
+        values = per_seed(rows)
+        seeds = sorted(values["seed"].unique().to_list())
+        if not seeds:
+            parts.append(f"### Stratum `{stratum}`\n\nNo rollouts in this stratum.\n")
+            continue
+        table = []
+        for est in sorted(values["estimator"].unique().to_list(), key=lambda e: (e != "fluency", e)):
+            own = dict(zip(*values.filter(pl.col("estimator") == est).select("seed", "value"), strict=True))
+            if est == "fluency":
+                cells = [f"{own[s]:.3f} → {max(own[s], 1 - own[s]):.3f}" if s in own else "–" for s in seeds]
+                table.append(["fluency (both ways)", *cells, "–"])
+                continue
+            t = beats_table(metrics, est, ["fluency"], "rollout", metric, stratum, target, two_sided=True)
+            cells = [f"{own[s]:.3f}" if s in own else "–" for s in seeds]
+            table.append([est, *cells, f"{int(t['beats'].sum())}/{t.height}"])
+        parts += [
+            f"### Stratum `{stratum}`\n",
+            markdown_table(["estimator", *[f"seed {s}" for s in seeds], "wholly above fluency (cells)"], table),
+        ]
+    return "\n".join(parts) + "\n"

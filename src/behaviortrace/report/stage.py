@@ -15,7 +15,7 @@ from behaviortrace.common.io import atomic_write_parquet, atomic_write_text
 from behaviortrace.common.markdown import write_md_and_html
 from behaviortrace.config.sections import Config
 from behaviortrace.report import checklist as C
-from behaviortrace.report.controls import controls_markdown
+from behaviortrace.report.controls import controls_markdown, fluency_markdown
 from behaviortrace.report.figures import write_figures
 from behaviortrace.report.results_page import results_page
 from behaviortrace.report.tables import (
@@ -113,13 +113,13 @@ def aggregate_job(
         checks.target_kind,
         checks.stratum,
         [
-            ("beats_norm_step", ["norm"], "step", checks.step_metric),
-            ("beats_norm_rollout", ["norm"], "rollout", checks.rollout_metric),
-            ("beats_fluency_rollout", ["fluency"], "rollout", checks.fluency_metric),
+            ("beats_norm_step", ["norm"], "step", checks.step_metric, False),
+            ("beats_norm_rollout", ["norm"], "rollout", checks.rollout_metric, False),
+            ("beats_fluency_rollout", ["fluency"], "rollout", checks.fluency_metric, True),
             *(
                 [
-                    ("beats_log_only_step", log_only, "step", checks.step_metric),
-                    ("beats_log_only_rollout", log_only, "rollout", checks.rollout_metric),
+                    ("beats_log_only_step", log_only, "step", checks.step_metric, False),
+                    ("beats_log_only_rollout", log_only, "rollout", checks.rollout_metric, False),
                 ]
                 if log_only
                 else []
@@ -136,7 +136,9 @@ def aggregate_job(
     )
 
     write_md_and_html(
-        controls_markdown(metrics, checks.target_kind, log_only),
+        controls_markdown(metrics, checks.target_kind, log_only)
+        + "\n"
+        + fluency_markdown(metrics, checks.target_kind, checks.fluency_metric, checks.fluency_strata),
         outputs["controls_md"],
         outputs["controls_html"],
         f"Controls — {run}",

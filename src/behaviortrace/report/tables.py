@@ -145,17 +145,40 @@ def draw_stability(
     return pl.DataFrame(rows)
 
 
+def both_ways(metrics: pl.DataFrame, estimator: str, metric: str) -> pl.DataFrame:
+    """`metrics` with `estimator`'s `metric` (an AUC: 0.5 is chance) taken both ways. A predictor with AUC 0.3
+    ranks as well as one with 0.7, reversed, so a control read one way only would be beaten by anything above
+    0.5. Value max(v, 1 - v); the interval folded at 0.5 (lower bound 0.5 where it straddles 0.5)."""
+    sel = (pl.col("estimator") == estimator) & (pl.col("metric") == metric)
+    v, low, high = pl.col("value"), pl.col("ci_low"), pl.col("ci_high")
+    return metrics.with_columns(
+        value=pl.when(sel).then(pl.max_horizontal(v, 1 - v)).otherwise(v),
+        ci_low=pl.when(sel).then(pl.max_horizontal(low, 1 - high, pl.lit(0.5))).otherwise(low),
+        ci_high=pl.when(sel).then(pl.max_horizontal(high, 1 - low)).otherwise(high),
+    )
+
+
 def beats_table(
-    metrics: pl.DataFrame, estimator: str, controls: list[str], level: str, metric: str, stratum: str, target: str
+    metrics: pl.DataFrame,
+    estimator: str,
+    controls: list[str],
+    level: str,
+    metric: str,
+    stratum: str,
+    target: str,
+    two_sided: bool = False,
 ) -> pl.DataFrame:
     """Per seed and draw: does the estimator's interval lie wholly above that of the strongest of `controls`
     (`beats`), or wholly below that of one of them (`below`)?
 
     The strongest control is the one with the highest upper bound in that cell, and at step level each control
     is taken at its strongest step variant, so that beating it means beating every control and both the summed
-    and the step-level rankings. `control` names the strongest; `control_low` is the highest lower bound.
+    and the step-level rankings. `control` names the strongest; `control_low` is the highest lower bound. With
+    `two_sided`, the controls are taken both ways (`both_ways`).
     """
     rows = judged(metrics, target, stratum).filter(pl.col("metric") == metric)
+    for control in controls if two_sided else []:
+        rows = both_ways(rows, control, metric)
     est = rows.filter((pl.col("estimator") == estimator) & (pl.col("level") == level))
     levels = ["step", "step_summed"] if level == "step" else [level]
     ctl = (
@@ -179,17 +202,17 @@ def seed_stability(
 ) -> pl.DataFrame:
     """On how many seeds each estimator beats each control (non-overlapping intervals on every draw).
 
-    `comparisons`: (name, controls, level, metric), judged against the strongest of the controls."""
+    `comparisons`: (name, controls, level, metric, two_sided), judged against the strongest of the controls."""
     estimators = estimators_of(metrics)
     seeds = sorted(metrics.filter(pl.col("arm") == PLANTED)["seed"].unique().to_list())
     rows = []
     for est in estimators:
         row = {"estimator": est, "seeds": len(seeds)}
-        for name, controls, level, metric in comparisons:
+        for name, controls, level, metric, two_sided in comparisons:
             if est in controls:
                 row[name] = None
                 continue
-            t = beats_table(metrics, est, controls, level, metric, stratum, target)
+            t = beats_table(metrics, est, controls, level, metric, stratum, target, two_sided)
             per = t.group_by("seed").agg(pl.col("beats").all())
             row[name] = int(per["beats"].sum()) if t.height else None
         rows.append(row)
