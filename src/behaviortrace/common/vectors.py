@@ -21,6 +21,13 @@ def step_sums(view, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(sums), first
 
 
+def clip_coefficients(view) -> np.ndarray:
+    """Each rollout's step clip coefficient (min(1, max_grad_norm / the step's pre-clip gradient norm), from
+    the step log): what the optimizer applied to the step's summed gradient."""
+    clip = dict(zip(view.steps["step"].to_list(), view.steps["clip_coef"].to_list(), strict=False))
+    return np.array([clip[s] for s in view.rollouts["step"].to_list()], dtype=np.float64)
+
+
 def row_norms(matrix: np.ndarray) -> np.ndarray:
     """L2 norm of every row, accumulated in float64."""
     return np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64))

@@ -6,7 +6,7 @@ product: positive when the rollout's update raised the target's log-prob.
 
 import numpy as np
 
-from behaviortrace.common.vectors import step_sums, target_inner
+from behaviortrace.common.vectors import clip_coefficients, step_sums, target_inner
 
 USES_TARGET = True
 STEP_AGGREGATE = "sum"
@@ -30,7 +30,4 @@ def step_score(view, target, use_clip: bool = False):
 
 def _rate(view, use_clip: bool) -> np.ndarray:
     lr = view.rollouts["lr"].to_numpy()
-    if not use_clip:
-        return lr
-    clip = dict(zip(view.steps["step"].to_list(), view.steps["clip_coef"].to_list(), strict=False))
-    return lr * np.array([clip[s] for s in view.rollouts["step"].to_list()])
+    return lr * clip_coefficients(view) if use_clip else lr
