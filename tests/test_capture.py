@@ -13,6 +13,7 @@ import torch
 from polars.testing import assert_frame_equal
 
 from behaviortrace.model import models
+from behaviortrace.sketch.sketcher import check_step_sum
 from behaviortrace.sketch.stage import sketch_shard
 from behaviortrace.sketch.store import read_rows, read_steps
 from behaviortrace.train.checkpoints import read_manifest
@@ -194,3 +195,22 @@ def test_a_model_whose_fused_head_capture_cannot_rebuild_is_refused_before_train
     model.lm_head = ScaledHead(head.in_features, head.out_features, bias=False)
     with pytest.raises(ValueError, match="its output embeddings are a ScaledHead.*use sketch.mode: checkpoint"):
         LossPassRecorder(model, temperature=1.0)
+
+
+def test_the_step_sum_check_holds_where_rollouts_cancel_and_catches_a_missing_term():
+    """Two identical completions paid differently have opposite advantages and cancel: the step gradient is
+    rounding noise, and the check measures it against the size of the rollouts' terms. A term of one rollout
+    missing from the sum is caught whether or not the others cancel."""
+    rng = np.random.default_rng(0)
+    g = rng.normal(size=64)
+    cancel = np.stack([0.87 * g, -0.87 * g])
+    noise = torch.tensor(1e-8 * rng.normal(size=64))
+    expected = np.linalg.norm(noise.numpy()) / (1e-3 * 2 * 0.87 * np.linalg.norm(g))  # the terms' scale
+    assert check_step_sum(cancel, noise, "a cancelling step", 1e-3) == pytest.approx(expected, rel=1e-9)
+    h = rng.normal(size=64)
+    ordinary = np.stack([g, h])
+    assert check_step_sum(ordinary, torch.tensor(g + h), "an ordinary step", 1e-3) < 1e-12
+    with pytest.raises(RuntimeError, match="do not add up to an ordinary step"):
+        check_step_sum(ordinary, torch.tensor(g + h + 0.01 * h), "an ordinary step", 1e-3)
+    with pytest.raises(RuntimeError, match="do not add up to a cancelling step"):
+        check_step_sum(cancel, torch.tensor(0.1 * h), "a cancelling step", 1e-3)

@@ -61,6 +61,17 @@ def test_tracincp_and_gas_match_their_formulas_block_by_block(exact_problem):
     assert np.allclose(estimators.load("norm").score(view, None), g_norm, rtol=1e-9)
     clip = np.repeat([1.0, 0.5, 1.0], 4)
     assert np.allclose(estimators.load("tracincp").score(view, target, use_clip=True), -lr * clip * inner, rtol=1e-9)
+    # The post-clip norm (the paper's step-level control): each step's summed gradient times its clip coefficient.
+    assert np.allclose(estimators.load("norm").score(view, None, use_clip=True), clip * g_norm, rtol=1e-9)
+    step_norms = np.array(
+        [
+            sum(float(sum(grads[n][i].double() for i in range(4 * s, 4 * s + 4)).pow(2).sum()) for n in names) ** 0.5
+            for s in range(3)
+        ]
+    )
+    assert np.allclose(estimators.load("norm").step_score(view, None), step_norms, rtol=1e-9)
+    post_clip = estimators.load("norm").step_score(view, None, use_clip=True)
+    assert np.allclose(post_clip, np.array([1.0, 0.5, 1.0]) * step_norms, rtol=1e-9)
 
 
 def test_trak_matches_the_formula_through_an_svd(exact_problem):

@@ -40,6 +40,10 @@ rule aggregate:
         checklist=f"{OUT}/checklist.md",
         checklist_json=f"{OUT}/checklist.json",
         checklist_html=report(f"{OUT}/checklist.html", caption="../report/checklist.rst", category="1. Checklist"),
+        paper_md=f"{TABLES}/paper_findings.md",
+        paper_html=report(
+            f"{TABLES}/paper_findings.html", caption="../report/paper_findings.rst", category="1. Checklist"
+        ),
     log:
         f"{LOGS}/aggregate.log",
     benchmark:
@@ -52,6 +56,12 @@ rule aggregate:
         arms=[arm for arm, _ in METRIC_FILES],
         log_only=[name for name, instance in ESTIMATORS.items() if instance.log_only],
         score_keys=list(SCORE_FILES),
+        # The norm instances, each with whether it takes the clip coefficient (the paper's method).
+        norms={
+            name: bool(instance.arguments.get("use_clip"))
+            for name, instance in ESTIMATORS.items()
+            if instance.module_name == "norm"
+        },
     script:
         "../scripts/aggregate.py"
 
@@ -112,6 +122,7 @@ rule results_page:
         controls=f"{TABLES}/controls.md",
         replay=f"{TABLES}/replay.md",
         influence=f"{TABLES}/influence.md",
+        paper=f"{TABLES}/paper_findings.md",
     output:
         RESULTS_PAGE,
     log:

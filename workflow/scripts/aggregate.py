@@ -15,5 +15,6 @@ aggregate_job(
     influence=Path(sm.input.influence),
     shards=[Path(s) for s in sm.input.shards],
     log_only=sm.params.log_only,
+    norms=dict(sm.params.norms),
     outputs={k: Path(v) for k, v in sm.output.items()},
 )

@@ -1,6 +1,6 @@
 """One page of a run's results (results/{run}/results.md), assembled from the run's own tables: the checklist,
-the training summary, what the labels can and cannot show, the leave-out replay, the exact influence and what
-each rule cost. Every
+the training summary, what the labels can and cannot show, the leave-out replay, the exact influence, the
+paper's findings and what each rule cost. Every
 number on it comes from files of that run; `make results-page` copies the default run's page to docs/."""
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def results_page(
     controls: Path,
     replay: Path,
     influence: Path,
+    paper: Path,
     benchmarks: Path,
 ) -> str:
     counts: dict[str, int] = {}
@@ -53,6 +54,8 @@ def results_page(
         _body(replay),
         "## Exact influence\n",
         _body(influence),
+        "## Paper findings\n",
+        _body(paper),
         "## What each rule cost\n",
         "Summed over jobs from their benchmark files (jobs side by side on several cores add up).\n",
         cost_markdown(cost),

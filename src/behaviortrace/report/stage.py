@@ -17,8 +17,10 @@ from behaviortrace.config.sections import Config
 from behaviortrace.report import checklist as C
 from behaviortrace.report.controls import controls_markdown, fluency_markdown
 from behaviortrace.report.figures import write_figures
+from behaviortrace.report.paper import paper_findings
 from behaviortrace.report.results_page import results_page
 from behaviortrace.report.tables import (
+    NOT_ESTIMATORS,
     collect_metrics,
     draw_stability,
     estimators_of,
@@ -85,9 +87,11 @@ def aggregate_job(
     log_only: list[str],
     outputs: dict[str, Path],
     influence: Path | None = None,
+    norms: dict[str, bool] | None = None,
 ) -> None:
-    """The tidy metrics of every arm, seed and draw, the summary, the stability tables and the checklist;
-    `log_only` names the log-only controls among the estimators; `influence` is the exact-influence table."""
+    """The tidy metrics of every arm, seed and draw, the summary, the stability tables, the checklist and the
+    paper's findings; `log_only` names the log-only controls among the estimators, `norms` the norm instances
+    (True: with the clip coefficient, the paper's method); `influence` is the exact-influence table."""
     run, checks = cfg.run, cfg.checklist
     metrics = collect_metrics(metric_files)
     log.info("%d metric rows from %d files", metrics.height, len(metric_files))
@@ -158,6 +162,13 @@ def aggregate_job(
         C.to_markdown(table, checks, run), outputs["checklist"], outputs["checklist_html"], f"Checklist — {run}"
     )
     log.info("checklist: %s", C.verdict_counts(table))
+    targeted = sorted(set(metrics.filter(pl.col("target") != "none")["estimator"].to_list()) - set(NOT_ESTIMATORS))
+    write_md_and_html(
+        paper_findings(metrics, checks, norms or {}, targeted),
+        outputs["paper_md"],
+        outputs["paper_html"],
+        f"Paper findings — {run}",
+    )
 
 
 def figures_job(
