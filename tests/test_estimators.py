@@ -95,6 +95,13 @@ def test_trak_primal_and_dual_agree_with_an_explicit_inverse(n, k):
         assert np.allclose(trak.raw_scores(phi, targets, idx, lam, form), explicit, rtol=1e-8), form
 
 
+def test_trak_scores_zero_where_no_rollout_had_a_gradient():
+    """A run without any gradient (every sketch zero) gets zero scores, not a failed factorization."""
+    phi = np.zeros((6, 4))
+    prepared = trak.factor(phi.T @ phi, trak.ridge((phi**2).sum(0), 0.1), "primal")
+    assert np.all(trak.solve_scores(phi, np.ones((1, 4)), np.zeros(6, dtype=int), prepared) == 0)
+
+
 def test_cholesky_solve_matches_a_dense_solve():
     rng = np.random.default_rng(3)
     a = rng.normal(size=(300, 1100))

@@ -84,6 +84,10 @@ def test_forward_replay_reproduces_the_trained_weights(run, cpu, tmp_path):
     f_without = value_after(traj, store.load(0), {one: 0.0}, STEPS, objective)
     assert update_error(traj.model, run["ckpts"][STEPS], run["ckpts"][0], cpu) > 50 * UPDATE_TOLERANCE
     assert abs(f_without - result.f_end) > 100 * 1e-5
+    # Against a training that never moved (a run without any gradient): 0 if the replay did not move either.
+    start = models.load(run["ckpts"][0], cpu)[0]
+    assert update_error(start, run["ckpts"][0], run["ckpts"][0], cpu) == 0.0
+    assert update_error(traj.model, run["ckpts"][0], run["ckpts"][0], cpu) == float("inf")
 
 
 def test_a_float64_replay_reproduces_float32_training_as_a_share_of_its_update(run, cpu):

@@ -223,7 +223,10 @@ def test_beats_fluency_verdict_recomputed_with_fluency_taken_both_ways(
             beaten.append(r["ci_low"] > high)
             below.append(r["ci_high"] < low)
             wins, cells = wins + beaten[-1], cells + 1
-        section = page[page.index(f"### Stratum `{stratum}`") :]
+        section = page[page.index(f"### Stratum `{stratum}`") :].split("\n### ")[0]
+        if not cells:  # no checkpoint of the small run saturates
+            assert "No rollouts in this stratum." in section
+            continue
         row = next(line for line in section.splitlines() if line.startswith(f"| {estimator} |"))
         assert row.rstrip(" |").endswith(f" {wins}/{cells}"), (stratum, row)
     assert beaten

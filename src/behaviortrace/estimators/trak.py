@@ -18,8 +18,10 @@ SOLVE_BLOCK = 512
 
 
 def ridge(squares: np.ndarray, lambda_scale: float) -> float:
-    """lambda_scale x the mean diagonal of Phi^T Phi, from the float64 column sums of squares."""
-    return lambda_scale * float(np.sum(squares, dtype=np.float64)) / len(squares)
+    """lambda_scale x the mean diagonal of Phi^T Phi, from the float64 column sums of squares. Where every sketch
+    is zero (a run in which no rollout had a gradient) any ridge gives the same zero scores: 1."""
+    mean = float(np.sum(squares, dtype=np.float64)) / len(squares)
+    return lambda_scale * mean if mean > 0 else 1.0
 
 
 def resolve_form(form: str, n: int, k: int) -> str:

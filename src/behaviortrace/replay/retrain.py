@@ -120,4 +120,6 @@ def update_error(model, checkpoint: Path, start: Path, device: dict) -> float:
     for n, p in model.named_parameters():
         error += float((p.detach().double() - saved[n].detach().double()).pow(2).sum())
         update += float((saved[n].detach().double() - first[n].detach().double()).pow(2).sum())
+    if update == 0:  # training never moved (no step had a gradient): faithful only if the replay did not either
+        return 0.0 if error == 0 else float("inf")
     return (error / update) ** 0.5
