@@ -31,6 +31,7 @@ NUMERIC_MODULES = {
     "test_estimators",
     "test_grpo",
     "test_influence",
+    "test_mixed_precision",
     "test_model_families",
     "test_optimizer_effect",
     "test_replay",
@@ -52,6 +53,28 @@ def default_config() -> dict:
     from behaviortrace.config.load import complete
 
     return complete(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
+
+
+def fake_hub_cache(root: Path, *repo_ids: str) -> Path:
+    """A Hugging Face cache at `root` holding each of `repo_ids` as huggingface_hub lays it out (refs/main naming
+    a snapshot that has a config.json): a hit for the hub's cache lookup, which validation asks for a hub id
+    (config/rules.py), with nothing downloaded."""
+    revision = "0" * 40
+    for repo_id in repo_ids:
+        repo = root / f"models--{repo_id.replace('/', '--')}"
+        (repo / "snapshots" / revision).mkdir(parents=True, exist_ok=True)
+        (repo / "snapshots" / revision / "config.json").write_text("{}")
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(revision)
+    return root
+
+
+def preset_hub_models() -> list[str]:
+    """The hub ids that the presets under config/ name as model.name."""
+    names = [
+        (yaml.safe_load(p.read_text()) or {}).get("model", {}).get("name") for p in (ROOT / "config").glob("*.yaml")
+    ]
+    return sorted({name for name in names if name and name != "tiny"})
 
 
 def small_config() -> dict:

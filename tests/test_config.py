@@ -1,8 +1,10 @@
 """Config validation: bad values stop with a message naming the key and the value."""
 
 import copy
+import importlib.metadata
 import re
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -11,7 +13,7 @@ import yaml
 
 from behaviortrace.config.schema import ConfigError
 from behaviortrace.configure import parse, validate
-from conftest import ROOT, default_config
+from conftest import ROOT, default_config, fake_hub_cache, preset_hub_models
 
 
 def _with(path: str, value):
@@ -24,7 +26,21 @@ def _with(path: str, value):
     return cfg
 
 
-def test_every_preset_is_valid():
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """An empty Hugging Face cache for this test and the processes it starts: a hub model it names has to be
+    put there (`fake_hub_cache`), whatever the machine's own cache holds."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf_cache"
+    cache.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def test_every_preset_is_valid(hub_cache):
+    fake_hub_cache(hub_cache, *preset_hub_models())  # the paper's model, as if downloaded
     validate(default_config())
     presets = sorted((ROOT / "config").glob("*.yaml"))
     assert {p.name for p in presets} >= {"config.yaml", "paper.yaml", "smooth.yaml"}
@@ -191,8 +207,88 @@ def test_unknown_key_is_named():
         validate(cfg)
 
 
-def test_hub_id_is_not_checked_as_a_path():
-    validate(_with("model.name", "Qwen/Qwen2.5-1.5B-Instruct"))
+def test_a_hub_id_must_be_in_the_local_cache_and_is_refused_at_once_without_the_network(
+    hub_cache, tmp_path, monkeypatch
+):
+    """A hub id is looked up in the local cache only, never on the network (a base_model job used to spend over a
+    minute in retries), and accepted once the cache holds it."""
+    from huggingface_hub import constants
+
+    from behaviortrace.configure import load
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # the check must not lean on offline mode
+    reached = []
+
+    def no_network(*args, **kwargs):
+        reached.append(args)
+        raise OSError("the config check must not touch the network")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    path = tmp_path / "config.yaml"
+    path.write_text("model:\n  name: org/does-not-exist\n")
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    assert (
+        f"config key model.name = 'org/does-not-exist': not in the local Hugging Face cache ({hub_cache}); "
+        "fetch it first with `hf download org/does-not-exist`"
+    ) in str(err.value)
+    assert importlib.metadata.entry_points(group="console_scripts", name="hf"), "huggingface_hub has no hf command"
+    assert reached == [], reached
+
+    fake_hub_cache(hub_cache, "org/does-not-exist")  # as `hf download` leaves it
+    assert load(path).model.name == "org/does-not-exist"
+    assert reached == []
+
+
+def test_a_local_model_folder_is_not_looked_up_in_the_cache(hub_cache, tmp_path, monkeypatch):
+    folder = tmp_path / "org" / "name"  # shaped like a hub id, but a folder here
+    folder.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert parse(_with("model.name", "org/name")).model.name == "org/name"
+    assert parse(_with("model.name", str(folder))).model.name == str(folder)
+
+
+def test_a_step_whose_sketches_cannot_fit_in_memory_is_refused_with_its_size(tmp_path):
+    """Three float32 sketches of k values per rollout of a step are held at once (config/rules.py): the widest k
+    under the limit passes, one more is refused with the estimate."""
+    from behaviortrace.config.rules import STEP_SKETCH_LIMIT
+    from behaviortrace.configure import load
+
+    path = tmp_path / "config.yaml"
+    path.write_text("sketch:\n  k: 100000000000\n")
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    assert (
+        "config key sketch.k = 100000000000: a training step holds 3 float32 sketches of k values for each of its "
+        "256 rollouts (grpo.prompts_per_step x grpo.num_generations) in memory, 307,200,000,000,000 bytes "
+        "(307,200.0 GB), over the 1,000 GB"
+    ) in str(err.value)
+    widest = STEP_SKETCH_LIMIT // (12 * 256)
+    validate(_with("sketch.k", widest))
+    with pytest.raises(ConfigError, match=f"sketch.k = {widest + 1}: a training step holds"):
+        validate(_with("sketch.k", widest + 1))
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("estimators:\n  trak: {lambda_scale: -1}\n", "estimators.trak.lambda_scale = -1"),
+        ("estimators:\n  trak: {lambda_scale: 0.0}\n", "estimators.trak.lambda_scale = 0.0"),
+        ("estimators:\n  trak_l1: {module: trak, lambda_scale: 0}\n", "estimators.trak_l1.lambda_scale = 0"),
+        ("estimators:\n  trak: {lambda_scale: high}\n", "estimators.trak.lambda_scale = 'high'"),
+    ],
+    ids=["negative", "zero", "another_instance", "not_a_number"],
+)
+def test_trak_needs_a_positive_ridge(tmp_path, text, key):
+    from behaviortrace.configure import load
+
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(f"config key {key}: must be a number > 0")):
+        load(path)
+    path.write_text("estimators:\n  trak_l1: {module: trak, lambda_scale: 1.0}\n")
+    assert load(path).estimators["trak_l1"]["lambda_scale"] == 1.0
 
 
 def _snakemake(*args, cwd=ROOT):
@@ -228,7 +324,8 @@ sys.exit(code)
 """
 
 
-def test_paper_dag_lists_every_job_without_loading_a_model():
+def test_paper_dag_lists_every_job_without_loading_a_model(hub_cache):
+    fake_hub_cache(hub_cache, *preset_hub_models())  # validation wants the model in the cache; nothing loads it
     res = subprocess.run([sys.executable, "-c", DRY_RUN_PAPER], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     out = res.stdout + res.stderr
@@ -242,7 +339,7 @@ def test_paper_dag_lists_every_job_without_loading_a_model():
         ("training_summary", 1),
         ("targets", 8),
         ("headroom", 1),
-        ("score", 120),
+        ("score", 124),
         ("evaluate", 8),
         ("aggregate", 1),
         ("figures", 1),

@@ -345,3 +345,29 @@ def test_beats_log_only_verdict_recomputed(metrics, finished_run):
         assert checklist["estimators"][estimator]["beats_log_only"]["verdict"] == expected
     for name in LOG_ONLY:
         assert checklist["estimators"][name]["beats_log_only"]["verdict"] == "n/a"
+
+
+def test_step_precision_at_gt_matches_brute_force(medium):
+    """The paper's step metric: steps as units, GT the steps that paid, precision of the top |GT| steps. A look-up
+    of whether the step paid (the step_paid control) reaches 1 by construction."""
+    raw, runs = medium
+    rows = runs[("planted", 0)]
+    rng = np.random.default_rng(1)
+    noisy = rng.normal(0, 1, rows.height)
+    paid = rows.group_by("step").agg(pl.col("label").any()).sort("step")
+    assert 0 < paid["label"].sum() < paid.height
+    step_paid = rows["step"].replace_strict(
+        dict(zip(paid["step"], paid["label"].cast(float), strict=True)), return_dtype=float
+    )
+    table = _evaluate(raw, rows, {("noisy", "none"): noisy, ("paid", "none"): step_paid.to_numpy()}, strata=("all",))
+    means = _score_tables(rows, noisy)[1].join(paid, on="step")
+    gt = int(means["label"].sum())
+    top = means.sort("score", descending=True).head(gt)
+    brute = top["label"].sum() / gt
+    got = _value(table, "noisy", "precision_at_gt", level="step")
+    assert got["value"] == pytest.approx(brute, abs=1e-12)
+    assert got["n"] == paid.height
+    assert _value(table, "noisy", "chance_gt", level="step")["value"] == pytest.approx(gt / paid.height, abs=1e-12)
+    perfect = _value(table, "paid", "precision_at_gt", level="step")
+    assert perfect["value"] == 1.0 and perfect["ci_low"] == 1.0
+    assert _value(table, "paid", "lift_gt", level="step")["value"] == pytest.approx(paid.height / gt)

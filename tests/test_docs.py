@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, fake_hub_cache, preset_hub_models
 
 PACKAGE = ROOT / "src" / "behaviortrace"
 DOCS = sorted([ROOT / "README.md", ROOT / "config" / "README.md", *(ROOT / "docs").glob("*.md")])
@@ -248,7 +248,9 @@ def dry_run(args: list[str], workdir: Path) -> subprocess.CompletedProcess:
     for name in WORKFLOW_FILES:
         source, dest = ROOT / name, workdir / name
         shutil.copytree(source, dest) if source.is_dir() else shutil.copy(source, dest)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    # Validation wants a preset's hub model in the local cache (config/rules.py): as if downloaded.
+    cache = fake_hub_cache(workdir / ".hf_cache", *preset_hub_models())
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache)}
     cmd = [sys.executable, "-m", "snakemake", *args]
     return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=env, timeout=TIMEOUT)
 

@@ -83,6 +83,15 @@ def test_trak_matches_the_formula_through_an_svd(exact_problem):
     tv = vt @ t
     solved_t = vt.T @ (tv / (s**2 + lam)) + (t - vt.T @ tv) / lam
     assert np.allclose(trak.score(view, target), -(phi @ solved_t), rtol=1e-6)
+    # Post-clip: every row of Phi is the rollout's sketch times its step's clip coefficient (step 1's is 0.5).
+    clipped = phi * np.repeat([1.0, 0.5, 1.0], 4)[:, None]
+    lam = 0.1 * (clipped**2).sum() / phi.shape[1]
+    _, s, vt = np.linalg.svd(clipped, full_matrices=False)
+    tv = vt @ t
+    solved_t = vt.T @ (tv / (s**2 + lam)) + (t - vt.T @ tv) / lam
+    assert np.allclose(trak.score(view, target, use_clip=True), -(clipped @ solved_t), rtol=1e-6)
+    steps = (clipped @ solved_t).reshape(3, 4).sum(1)
+    assert np.allclose(trak.step_score(view, target, use_clip=True), -steps, rtol=1e-6)
 
 
 @pytest.mark.parametrize("n, k", [(30, 12), (12, 30)])

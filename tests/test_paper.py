@@ -35,12 +35,16 @@ def _metrics(norm_lift: float, fluency_auc: float, token: float) -> pl.DataFrame
     rows = []
     for seed in (0, 1, 2):
         rows += [
-            _row(seed, "norm_post_clip", "step_summed", "lift", norm_lift),
-            _row(seed, "norm_post_clip", "step_summed", "precision_at_paid", norm_lift * 0.1),
-            _row(seed, "norm", "step", "lift", 1.5),
-            _row(seed, "gas", "step", "lift", 3.0, target="in_context"),
-            _row(seed, "step_paid", "step", "lift", 3.5),
-            _row(seed, "gas", "step", "chance", 0.1, target="in_context"),
+            _row(seed, "norm_post_clip", "step_summed", "lift_gt", norm_lift),
+            _row(seed, "norm_post_clip", "step_summed", "precision_at_gt", norm_lift * 0.1),
+            _row(seed, "norm", "step", "lift_gt", 1.5),
+            _row(seed, "gas", "step", "lift_gt", 3.0, target="in_context"),
+            _row(seed, "step_reward_variance", "step", "lift_gt", 3.5),
+            # GT itself: never the "strongest log-only control" of finding 1.
+            _row(seed, "step_paid", "step", "lift_gt", 10.0),
+            # The harness's own step metric: not what finding 1 reads.
+            _row(seed, "norm_post_clip", "step_summed", "lift", 0.5),
+            _row(seed, "gas", "step", "chance_gt", 0.1, target="in_context"),
             _row(seed, "fluency", "rollout", "auroc", fluency_auc, stratum="saturated"),
             _row(seed, "gas", "rollout", "auroc", 0.62, stratum="saturated", target="in_context"),
             _row(seed, "gas", "rollout", "within_group_auc_fluency_resid", 0.4 + 0.1 * seed, target="in_context"),
@@ -64,7 +68,7 @@ def test_each_finding_can_reproduce_and_fail_to():
     # Finding 3 (the residualized AUC on both sides of 0.5 across seeds) moves in both tables.
     assert _verdicts(yes) == ["Reproduces"] * 4
     assert _verdicts(no) == ["Does not reproduce", "Does not reproduce", "Reproduces", "Does not reproduce"]
-    assert "| 0 | 0.40 | 0.10 | 4.00 | 1.50 | gas 3.00 | step_paid 3.50 |" in yes
+    assert "| 0 | 0.40 | 0.10 | 4.00 | 1.50 | gas 3.00 | step_reward_variance 3.50 |" in yes
     assert "0.300 → 0.700" not in yes and "| saturated | 0 | 0.30 | 0.70 | gas 0.62 |" in yes
 
 

@@ -26,18 +26,20 @@ def behavior_job(
     rows = []
     for i, (step, path) in enumerate(checkpoints.items()):
         model, tokenizer = models.load(path, device)
-        # The same sampling seed at every checkpoint, so rates differ by the weights, not by the draw.
-        for row in behavior_rates(
-            model,
-            tokenizer,
-            prompt_sets,
-            cfg.planting.marker,
-            cfg.task.base_reward,
-            cfg.probes.samples_per_prompt,
-            cfg.grpo.sampling,
-            cfg.probes.seed,
-        ):
-            rows.append({"seed": seed, "step": step, "checkpoint": path.name, **row})
+        # The same sampling seed at every checkpoint, so rates differ by the weights, not by the draw; sampled in
+        # training's precision (bf16 autocast for compute.dtype bfloat16).
+        with devices.autocast(device):
+            found = behavior_rates(
+                model,
+                tokenizer,
+                prompt_sets,
+                cfg.planting.marker,
+                cfg.task.base_reward,
+                cfg.probes.samples_per_prompt,
+                cfg.grpo.sampling,
+                cfg.probes.seed,
+            )
+        rows += [{"seed": seed, "step": step, "checkpoint": path.name, **row} for row in found]
         log.info(
             "checkpoint %d/%d (step %d): %s",
             i + 1,

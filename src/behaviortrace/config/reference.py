@@ -19,8 +19,8 @@ HEADER = """# Config reference
 Generated from the key definitions in `src/behaviortrace/config/sections.py` by `make docs`; do not edit
 by hand. A config file holds only what differs from these defaults ([config/README.md](../config/README.md));
 `config/config.yaml` is the default run. Rules across keys (a window that ends past the last step, a target
-kind that is not evaluated, an estimator argument its score function does not take, ...) are checked with the
-schema, before any job starts."""
+kind that is not evaluated, an estimator argument its score function does not take, a hub model missing from
+the local cache, ...) are checked with the schema, before any job starts."""
 
 _LIMITS = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
 

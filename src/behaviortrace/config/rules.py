@@ -48,15 +48,32 @@ def _plant_words(cfg: Config) -> list[str]:
     return []
 
 
+def _real_model(name: str) -> list[str]:
+    """A local folder must exist; a hub id must be in the local Hugging Face cache (HF_HUB_CACHE, else
+    HF_HOME/hub). The hub's own lookup of its config.json reads files only, never the network: a missing model
+    stops validation at once, where a base_model job would spend minutes in download retries."""
+    if is_local_path(name):
+        if Path(name).expanduser().exists():
+            return []
+        return [
+            f"config key model.name = {name!r}: no such local model path "
+            "(use 'tiny', a Hugging Face id like org/name, or an existing folder)"
+        ]
+    from huggingface_hub import constants, try_to_load_from_cache  # only a real model pays for the import
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return []
+    return [
+        f"config key model.name = {name!r}: not in the local Hugging Face cache ({constants.HF_HUB_CACHE}); "
+        f"fetch it first with `hf download {name}`, point HF_HOME or HF_HUB_CACHE at the cache that holds it, "
+        "or set model.name to a local folder"
+    ]
+
+
 def _model(cfg: Config) -> list[str]:
     model, problems = cfg.model, []
-    if not model.is_tiny and is_local_path(model.name) and not Path(model.name).expanduser().exists():
-        problems.append(
-            f"config key model.name = {model.name!r}: no such local model path "
-            "(use 'tiny', a Hugging Face id like org/name, or an existing folder)"
-        )
     if not model.is_tiny:
-        return problems
+        return _real_model(model.name)
     if cfg.task.prompt_format == "chat":
         problems.append(
             "config key task.prompt_format = 'chat': the built-in tiny model's tokenizer has no chat template "
@@ -73,6 +90,42 @@ def _model(cfg: Config) -> list[str]:
             f"config key model.tiny.num_heads = {tiny.num_heads}: must divide "
             f"model.tiny.hidden_size = {tiny.hidden_size}"
         )
+    return problems
+
+
+# The most memory one training step's sketches may take: 1 TB, beyond the host memory of any single node a
+# run can count on (the sketcher cannot spill them to disk).
+STEP_SKETCH_LIMIT = 10**12
+
+
+def _sketch_size(cfg: Config) -> list[str]:
+    """A training step holds three float32 sketches (full, behavior and null share) of k values for each of
+    its rollouts in host memory at once (sketch/sketcher.py); a width whose step cannot fit is refused here
+    rather than by the training job running out of memory. The paper's k = 65,536 on 16 rollouts: 12.6 MB."""
+    rollouts, k = cfg.grpo.batch_size, cfg.sketch.k
+    need = 3 * 4 * rollouts * k
+    if need <= STEP_SKETCH_LIMIT:
+        return []
+    return [
+        f"config key sketch.k = {k}: a training step holds 3 float32 sketches of k values for each of its "
+        f"{rollouts} rollouts (grpo.prompts_per_step x grpo.num_generations) in memory, {need:,} bytes "
+        f"({need / 1e9:,.1f} GB), over the {STEP_SKETCH_LIMIT / 1e9:,.0f} GB one machine can be counted on to hold; "
+        "lower sketch.k (the paper used 65536)"
+    ]
+
+
+def _estimator_settings(cfg: Config) -> list[str]:
+    """trak's ridge is lambda_scale x the mean diagonal of Phi^T Phi: at 0 or below the matrix it factors is
+    not positive definite, and its Cholesky factorization would fail only after training and sketching."""
+    problems = []
+    for name, entry in cfg.estimators.items():
+        value = entry.get("lambda_scale", 0.1)
+        positive = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        if entry.get("module", name) == "trak" and not positive:
+            problems.append(
+                f"config key estimators.{name}.lambda_scale = {value!r}: must be a number > 0 "
+                "(the ridge of trak's (Phi^T Phi + lambda I)^-1; the paper used 0.1)"
+            )
     return problems
 
 
@@ -116,7 +169,7 @@ def _analysis(cfg: Config) -> list[str]:
     return problems
 
 
-RULES = (_window, _task, _plant_words, _model, _analysis)
+RULES = (_window, _task, _plant_words, _model, _sketch_size, _estimator_settings, _analysis)
 
 
 def problems(cfg: Config) -> list[str]:

@@ -64,7 +64,9 @@ class Compute:
 
     device: Literal["auto", "cpu", "cuda"] = key("auto", "auto: CUDA when present, else the CPU")
     dtype: Literal["float32", "bfloat16"] = key(
-        "float32", "float32, or bfloat16 for training and generation (on the CPU too, slower; docs/models.md)"
+        "float32",
+        "float32, or bfloat16: mixed precision, float32 weights with every pass under bf16 autocast (on the CPU too, "
+        "slower; docs/models.md)",
     )
 
 
@@ -113,7 +115,10 @@ class Model:
     """The model GRPO trains."""
 
     name: str = key(
-        "tiny", "tiny builds the built-in model here; anything else is a Hugging Face id or a local path", minLength=1
+        "tiny",
+        "tiny builds the built-in model here; anything else is a local path or a Hugging Face id already in the "
+        "local cache (hf download fetches one)",
+        minLength=1,
     )
     trust_remote_code: bool = key(False, "allow custom modeling code shipped with a hub model (off unless trusted)")
     tiny: TinyModel = section(TinyModel, "the built-in model (unused with a real one)")
@@ -250,7 +255,12 @@ class Sketch:
     method: Literal["countsketch", "factored"] = key(
         "countsketch", "countsketch (every coordinate hashed to a bucket) or factored (per-layer projections)"
     )
-    k: int = key(4096, "sketch width (the paper used 65536 on a 1.5B model); factored rounds it down", minimum=64)
+    k: int = key(
+        4096,
+        "sketch width (the paper used 65536 on a 1.5B model); factored rounds it down; a step's sketches, "
+        "12 bytes x k per rollout, must fit in 1 TB",
+        minimum=64,
+    )
     seed: int = key(0, "seed of the random map; one map for every rollout and target of the run", minimum=0)
     shard_steps: int = key(50, "training steps per store (and per sketch job in checkpoint mode)", minimum=1)
     chunk_rollouts: int = key(
@@ -491,6 +501,7 @@ DEFAULT_ESTIMATORS = {
     "gas": {},
     "trak": {"lambda_scale": 0.1, "form": "auto"},
     "norm": {},
+    "norm_post_clip": {"module": "norm", "use_clip": True},
     "fluency": {},
     "random": {"seed": 0},
     "token_alignment": {},

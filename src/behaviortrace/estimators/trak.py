@@ -6,11 +6,15 @@ the smaller. Minus the value, as in tracincp: positive means the rollout's updat
 
 The Cholesky factor of Phi^T Phi + lambda I (primal) or Phi Phi^T + lambda I (dual) depends on the seed's
 sketches only, so `prepare` computes it once per seed and every target kind and draw reuses it.
+
+With `use_clip` each row of Phi is the rollout's post-clip contribution (its sketch times its step's clip
+coefficient), the update the optimizer applied; the step score, their sum, is then TRAK on the paper's post-clip
+step sketches.
 """
 
 import numpy as np
 
-from behaviortrace.common.vectors import step_sums
+from behaviortrace.common.vectors import clip_coefficients, step_sums
 
 USES_TARGET = True
 STEP_AGGREGATE = "sum"
@@ -82,22 +86,32 @@ def raw_scores(phi: np.ndarray, targets: np.ndarray, idx: np.ndarray, lam: float
     return solve_scores(phi, targets, idx, factor(gram, lam, form))
 
 
-def prepare(view, lambda_scale: float = 0.1, form: str = "auto") -> dict[str, np.ndarray]:
+def features(view, use_clip: bool) -> np.ndarray:
+    """Phi: the sketches, or with `use_clip` each row times its step's clip coefficient."""
+    if not use_clip:
+        return view.sketches
+    return view.sketches * clip_coefficients(view)[:, None].astype(view.sketches.dtype)
+
+
+def prepare(view, lambda_scale: float = 0.1, form: str = "auto", use_clip: bool = False) -> dict[str, np.ndarray]:
     """Lambda and the factorization, from the seed's Gram matrix (which the workflow computes once per
-    seed on the smaller side, so rerunning trak with `form: auto` only factors it)."""
+    seed on the smaller side, so rerunning trak with `form: auto` only factors it; post-clip rows need their own)."""
     form = resolve_form(form, *view.sketches.shape)
-    return factor(view.gram(SIDE[form]), ridge(view.squares, lambda_scale), form)
+    if not use_clip:
+        return factor(view.gram(SIDE[form]), ridge(view.squares, lambda_scale), form)
+    gram, squares = view.scaled_moments(clip_coefficients(view), SIDE[form])
+    return factor(gram, ridge(squares, lambda_scale), form)
 
 
-def score(view, target, lambda_scale: float = 0.1, form: str = "auto", prepared=None):
-    prepared = prepare(view, lambda_scale, form) if prepared is None else prepared
+def score(view, target, lambda_scale: float = 0.1, form: str = "auto", use_clip: bool = False, prepared=None):
+    prepared = prepare(view, lambda_scale, form, use_clip) if prepared is None else prepared
     idx, has = target.for_rows(view)
-    values = solve_scores(view.sketches, target.vectors, idx, prepared)
+    values = solve_scores(features(view, use_clip), target.vectors, idx, prepared)
     return np.where(has, -values, 0.0)
 
 
-def step_score(view, target, lambda_scale: float = 0.1, form: str = "auto", prepared=None):
+def step_score(view, target, lambda_scale: float = 0.1, form: str = "auto", use_clip: bool = False, prepared=None):
     """The step's summed feature against the target: by linearity, the sum of its rollouts' scores."""
-    scores = score(view, target, lambda_scale, form, prepared)
+    scores = score(view, target, lambda_scale, form, use_clip, prepared)
     sums, _ = step_sums(view, scores[:, None])
     return sums[:, 0]

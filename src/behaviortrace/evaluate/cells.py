@@ -162,11 +162,25 @@ class Cell:
         """Distinct steps and each row's index among them, to spread step scores over rows."""
         return np.unique(self.steps, return_inverse=True)
 
+    def per_step(self, step: pl.DataFrame, column: str) -> np.ndarray:
+        """The step table's `column` at each of the cell's distinct steps."""
+        value_of = dict(zip(step["step"].to_list(), step[column].to_list(), strict=False))
+        return np.array([value_of[s] for s in self.step_of_row[0].tolist()])
+
     def per_row(self, step: pl.DataFrame, column: str) -> np.ndarray:
         """The step table's `column` at each row's step."""
-        value_of = dict(zip(step["step"].to_list(), step[column].to_list(), strict=False))
+        return self.per_step(step, column)[self.step_of_row[1]]
+
+    @cached_property
+    def paid_steps(self) -> np.ndarray:
+        """Whether each distinct step paid a bonus: the paper's step-level ground truth (GT)."""
         steps, inverse = self.step_of_row
-        return np.array([value_of[s] for s in steps.tolist()])[inverse]
+        return np.bincount(inverse, weights=self.labels, minlength=len(steps)) > 0
+
+    @cached_property
+    def step_units(self) -> M.Weights:
+        """Bootstrap weights with every step one unit (resampled whole, as `step_weights` draws them)."""
+        return M.Weights(self.step_weights.T, np.arange(len(self.paid_steps)))
 
     @property
     def n(self) -> int:
@@ -243,6 +257,7 @@ def step_level_metrics(cell: Cell, step: pl.DataFrame, column: str) -> dict:
     out = precision_metrics(cell, precision, cell.step_ceiling)
     out["lift_chance_band"] = (cell.step_chance_band, cell.n)
     out["lift_p"] = (np.array([cell.step_p_value(out["lift"][0][0], "two-sided")]), cell.n)
+    out.update(gt_metrics(cell, cell.per_step(step, column)))
     matched = cell.behavior_matched
     if matched is not None:
         precision = M.precision_at_paid(matched.per_row(step, column), matched.labels, matched.weights)
@@ -252,6 +267,22 @@ def step_level_metrics(cell: Cell, step: pl.DataFrame, column: str) -> dict:
         out["behavior_matched_lift_chance_band"] = (matched.step_chance_band, matched.n)
         out["behavior_matched_lift_p"] = (np.array([matched.step_p_value(lift[0], "greater")]), matched.n)
     return out
+
+
+def gt_metrics(cell: Cell, scores: np.ndarray) -> dict:
+    """The paper's step-level metric: steps as units, GT the steps that paid a bonus, precision of the top |GT|
+    steps by score (ties in expectation), its chance |GT| / steps and their ratio. Unlike precision at n_paid,
+    a step counts once however many of its rollouts were paid."""
+    labels, weights = cell.paid_steps.astype(np.float64), cell.step_units
+    precision = M.precision_at_paid(scores, labels, weights)
+    chance = M.chance(labels, weights)
+    n = len(labels)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {
+            "precision_at_gt": (precision, n),
+            "chance_gt": (chance, n),
+            "lift_gt": (precision / chance, n),
+        }
 
 
 def with_labels(rollouts: pl.DataFrame, placebo: bool = False) -> pl.DataFrame:

@@ -49,6 +49,10 @@ def setup(cfg: Config, rollouts_path: Path, checkpoints_path: Path, base_model: 
     from behaviortrace.model import models
     from behaviortrace.train.effect import ForcedTargetProbe
 
+    # The influence's own arithmetic: `dtype` takes compute.dtype's place, so nothing here runs under bf16 autocast
+    # (common/device.py). A bf16 run's checkpoints hold float32 master weights, which the trajectory starts from
+    # exactly; it differentiates training without the bf16 rounding of its passes, and its checks against the
+    # checkpoints, the logged gradient norms and f(w_T) measure what that rounding moved (docs/influence.md).
     device = {**devices.resolve(cfg.compute), "dtype": dtype, "torch_dtype": getattr(torch, dtype)}
     ckpts = read_manifest(checkpoints_path)[0]
     model, tokenizer = models.load(ckpts[0], device)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 
 import torch
 
+from behaviortrace.common.device import autocast
 from behaviortrace.model.prompt_format import render
 
 log = logging.getLogger(__name__)
@@ -28,19 +30,33 @@ def completion_batch(pairs, tokenizer) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "labels": lab}
 
 
-def train_on_pairs(model, tokenizer, pairs_fn, steps: int, batch_size: int, lr: float, seed: int, log_every: int = 50):
-    """Causal-LM training on freshly drawn pairs (loss on the completion), with a one-cycle schedule."""
+def train_on_pairs(
+    model,
+    tokenizer,
+    pairs_fn,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    log_every: int = 50,
+    device: dict | None = None,
+):
+    """Causal-LM training on freshly drawn pairs (loss on the completion), with a one-cycle schedule; the forward
+    and backward passes in `device`'s precision (common/device.py: bf16 autocast for compute.dtype bfloat16, the
+    float32 weights updated by AdamW; float32 without one)."""
     torch.manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
-    device = next(model.parameters()).device
+    where = next(model.parameters()).device
+    precision = autocast(device) if device is not None else nullcontext()
     model.train()
     for step in range(steps):
         batch = {
-            k: v.to(device) for k, v in completion_batch([pairs_fn() for _ in range(batch_size)], tokenizer).items()
+            k: v.to(where) for k, v in completion_batch([pairs_fn() for _ in range(batch_size)], tokenizer).items()
         }
-        loss = model(**batch).loss
-        loss.backward()
+        with precision:
+            loss = model(**batch).loss
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()

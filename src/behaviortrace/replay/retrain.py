@@ -5,8 +5,9 @@ The replay repeats what TRL did at each step (trl 1.16, on-policy, one optimizer
 batch): the same rollouts in the same order, the group advantages recomputed from the logged rewards
 with the left-out rollouts dropped from their groups (TRL's NaN-aware group mean and std), the same
 per-token loss and normalization (train/trl_surface.py), the same optimizer, learning-rate schedule and
-gradient clipping (built by transformers' own Trainer from the same arguments). With nothing left out
-it reproduces the logged training's weights; a test checks that.
+gradient clipping (built by transformers' own Trainer from the same arguments), and the same precision: the
+forward and backward passes under bf16 autocast for compute.dtype bfloat16, the float32 weights updated outside
+it (common/device.py). With nothing left out it reproduces the logged training's weights; a test checks that.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import polars as pl
 import torch
 
+from behaviortrace.common.device import autocast
 from behaviortrace.config.sections import Grpo
 from behaviortrace.gradients.batch import batch_to, completion_logps, pad_batch
 from behaviortrace.model import models
@@ -65,22 +67,23 @@ def replay_training(
                 batch = {key: value[batch["advantages"] != 0] for key, value in batch.items()}
             batch = batch_to(batch, device["device"])
             if len(batch["advantages"]):
-                logps = completion_logps(model, batch, grpo.temperature)
-                ref = None
-                if grpo.beta:
-                    with torch.no_grad():
-                        ref = completion_logps(ref_model, batch, grpo.temperature)
-                loss = rollout_losses(
-                    logps,
-                    batch,
-                    grpo.loss_type,
-                    grpo.beta,
-                    grpo.max_new_tokens,
-                    ref,
-                    num_items=num_items,
-                    n_rows=n_rows,
-                ).sum()
-                loss.backward()
+                with autocast(device):
+                    logps = completion_logps(model, batch, grpo.temperature)
+                    ref = None
+                    if grpo.beta:
+                        with torch.no_grad():
+                            ref = completion_logps(ref_model, batch, grpo.temperature)
+                    loss = rollout_losses(
+                        logps,
+                        batch,
+                        grpo.loss_type,
+                        grpo.beta,
+                        grpo.max_new_tokens,
+                        ref,
+                        num_items=num_items,
+                        n_rows=n_rows,
+                    ).sum()
+                    loss.backward()
         grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, grpo.max_grad_norm)))
         optimizer.step()
         scheduler.step()

@@ -121,6 +121,7 @@ class Replays:
         """Rows of behavior rates per measured checkpoint; with `check`, each checkpoint's weight difference
         to the logged one and its share of training's update."""
         from behaviortrace.behavior.rates import behavior_rates
+        from behaviortrace.common.device import autocast
         from behaviortrace.model import models
         from behaviortrace.replay.retrain import replay_training, update_error, weight_difference
 
@@ -133,7 +134,7 @@ class Replays:
             if step_done not in self.measured:
                 return
             m.eval()
-            with self.torch.no_grad():
+            with self.torch.no_grad(), autocast(device):  # sampled in training's precision
                 for r in behavior_rates(
                     m,
                     self.tokenizer,

@@ -18,6 +18,7 @@ import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import polars as pl
 
 from behaviortrace.common.markdown import markdown_table
@@ -64,9 +65,11 @@ ITEMS = {
     "is small",
     "replay_has_power": "The causal check has power: leaving out the paid set and retraining lowers the probe behavior "
     "rate at the window's end by at least the threshold, and more than every removal of as "
-    "many rollouts at random from the same steps, on every seed and k",
+    "many rollouts at random from the same steps, on every seed and k; fails where a cell's drop is short of the "
+    "threshold or no larger than the random removals' mean",
     "replay_beats_random": "Removing its top-scored rollouts and retraining lowers the probe behavior rate at the "
-    "window's end more than every removal of k rollouts at random from the same steps, on every seed and k",
+    "window's end more than every removal of k rollouts at random from the same steps, on every seed and k; fails "
+    "where in some cell it lowers it no more than the random removals do on average",
     "tracks_effect": "Step scores track the measured behavior change: correlation of each step's score with the "
     "measured change of the forced target's log-prob across that step's update, on every seed and draw (beside "
     "it, the same correlation for the number of ground-truth rollouts per step)",
@@ -340,24 +343,33 @@ def placebo_no_enrichment(metrics: pl.DataFrame, est: str, target: str, stratum:
 
 def _against_random(s: pl.DataFrame, removal: str) -> pl.DataFrame:
     """Per seed and k, from the replay summary at the window's end on probes: the change in probe rate when
-    `removal`'s set is left out, beside the most negative change of the random sets step-matched to it."""
+    `removal`'s set is left out, beside the most negative and the mean change of the random sets step-matched to
+    it. `below_random`: below every one of them; `no_better`: at or above their mean (no better than a typical
+    random set of its steps)."""
     rand = s.filter((pl.col("removal") == "random") & (pl.col("matched_to") == removal)).select(
-        "seed", "removal_percent", random_low=pl.col("change_low")
+        "seed", "removal_percent", random_low=pl.col("change_low"), random_mean=pl.col("change"), random_reps="reps"
     )
     return (
         s.filter((pl.col("removal") == removal) & pl.col("matched_to").is_null())
         .join(rand, on=["seed", "removal_percent"], how="inner")
-        .with_columns(below_random=pl.col("change") < pl.col("random_low"))
+        .with_columns(
+            below_random=pl.col("change") < pl.col("random_low"),
+            no_better=pl.col("change") >= pl.col("random_mean"),
+        )
         .sort("seed", "removal_percent")
     )
 
 
 def _replay_text(both: pl.DataFrame, name: str) -> str:
-    return "; ".join(
+    """Each cell's numbers, and how often every cell would pass by chance if the set were no better than its
+    random matches (it is then below all R of them with probability 1 / (R + 1) per cell)."""
+    cells = "; ".join(
         f"seed {r['seed']} removal {r['removal_percent']}%: {name}{r['change']:+.3f} "
-        f"vs random lowest {r['random_low']:+.3f}"
+        f"vs random lowest {r['random_low']:+.3f}, mean {r['random_mean']:+.3f}"
         for r in both.iter_rows(named=True)
     )
+    chance = float(np.prod(1.0 / (both["random_reps"].to_numpy() + 1.0)))
+    return f"{cells} (a set no better than random passes every cell with probability {chance:.1e})"
 
 
 def replay_has_power(s: pl.DataFrame, min_drop: float) -> Verdict:
@@ -367,9 +379,11 @@ def replay_has_power(s: pl.DataFrame, min_drop: float) -> Verdict:
     if not both.height:
         return Verdict(NA, "no oracle and random replays to compare")
     ok = (both["below_random"] & (both["change"] <= -min_drop)).to_list()
+    short = (both["no_better"] | (both["change"] > -min_drop)).to_list()
     return Verdict(
-        _all(ok),
-        f"{_replay_text(both, 'oracle ')} (oracle at most {-min_drop:+.2f} and below every random removal)",
+        _three(ok, short),
+        f"{_replay_text(both, 'oracle ')}; oracle at most {-min_drop:+.2f} and below every random removal to pass, "
+        "above the threshold or at or above the random mean in a cell to fail, otherwise inconclusive",
         {"cells": len(ok), "with_power": int(sum(ok))},
     )
 
@@ -384,7 +398,12 @@ def replay_beats_random(s: pl.DataFrame, est: str) -> Verdict:
     if not both.height:
         return Verdict(NA, "no random replay to compare with")
     ok = both["below_random"].to_list()
-    return Verdict(_all(ok), _replay_text(both, ""), {"cells": len(ok), "beaten": int(sum(ok))})
+    return Verdict(
+        _three(ok, both["no_better"].to_list()),
+        f"{_replay_text(both, '')}; below every random removal to pass, at or above the random mean in a cell to "
+        "fail, otherwise inconclusive",
+        {"cells": len(ok), "beaten": int(sum(ok))},
+    )
 
 
 def tracks_effect(metrics: pl.DataFrame, est: str, cfg: Checklist) -> Verdict:

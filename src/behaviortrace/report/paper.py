@@ -64,16 +64,16 @@ def norm_finding(values: pl.DataFrame, norms: dict[str, bool], targeted: list[st
     seeds = _seeds(step)
     for seed in seeds:
         norm_name = (paper or exact or [None])[0]
-        lift = _value(step, seed, estimator=norm_name, metric="lift", level="step_summed") if norm_name else None
+        lift = _value(step, seed, estimator=norm_name, metric="lift_gt", level="step_summed") if norm_name else None
         precision = (
-            _value(step, seed, estimator=norm_name, metric="precision_at_paid", level="step_summed")
+            _value(step, seed, estimator=norm_name, metric="precision_at_gt", level="step_summed")
             if norm_name
             else None
         )
-        exact_lift = _value(step, seed, estimator=exact[0], metric="lift") if exact else None
-        best, best_lift = _best(step, seed, targeted, metric="lift")
-        control, control_lift = _best(step, seed, list(LOG_ONLY_STEP), metric="lift")
-        chance = _value(step, seed, metric="chance")
+        exact_lift = _value(step, seed, estimator=exact[0], metric="lift_gt") if exact else None
+        best, best_lift = _best(step, seed, targeted, metric="lift_gt")
+        control, control_lift = _best(step, seed, [c for c in LOG_ONLY_STEP if c != "step_paid"], metric="lift_gt")
+        chance = _value(step, seed, metric="chance_gt")
         wins += lift is not None and best_lift is not None and lift >= best_lift
         above += lift is not None and lift > 1
         by_log += lift is not None and control_lift is not None and control_lift >= lift
@@ -92,7 +92,7 @@ def norm_finding(values: pl.DataFrame, norms: dict[str, bool], targeted: list[st
     table = markdown_table(
         [
             "seed",
-            "norm, paper's method: precision at n_paid",
+            "norm, paper's method: precision at |GT|",
             "chance",
             "lift",
             "norm, exact capture: lift",
@@ -117,9 +117,9 @@ def norm_finding(values: pl.DataFrame, norms: dict[str, bool], targeted: list[st
     explained = (
         f"What the controls say: on {by_log} of {len(seeds)} seeds the strongest step-level log-only control reaches "
         "the norm's lift; there a step's gradient size says no more than the log does about the step (its reward "
-        f"variance, its share of groups with an advantage, whether it paid). On {log_wins} of {len(seeds)} seeds it "
-        "also reaches the best targeted estimator: there no step-level ranking here, targeted or not, is more than "
-        "a look-up of the log."
+        f"variance or its share of groups with an advantage). On {log_wins} of {len(seeds)} seeds it also reaches "
+        "the best targeted estimator: there no step-level ranking here, targeted or not, is more than a look-up of "
+        "the log. (`step_paid`, whether the step paid, is GT itself and reaches the ceiling, 1 / chance.)"
     )
     return "## 1. A norm-only control ranks training steps well above chance\n", "\n".join(
         [f"Paper: {paper_text}.\n", table, verdict + "\n", explained + "\n"]

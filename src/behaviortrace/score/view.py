@@ -112,6 +112,12 @@ class SeedView:
             return saved
         return _frozen(moments.gram(self.sketches, side))
 
+    def scaled_moments(self, scale: np.ndarray, side: str) -> tuple[np.ndarray, np.ndarray]:
+        """The Gram matrix and column sums of squares of the sketches with row i times scale[i] (never saved: a
+        scale is an estimator's own choice)."""
+        phi = self.sketches * scale[:, None].astype(self.sketches.dtype)
+        return moments.gram(phi, side), moments.squares(phi)
+
     @cached_property
     def squares(self) -> np.ndarray:
         """Column sums of squares of the sketches [k], float64."""

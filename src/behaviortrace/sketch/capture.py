@@ -30,8 +30,9 @@ from behaviortrace.gradients.per_example import accumulated_grads
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.sketch.loss_pass import LossPassRecorder, RecordedStep
 from behaviortrace.sketch.maps import SketchMap
-from behaviortrace.sketch.sketcher import StepSketcher, check_step_sum, self_check_tolerance
+from behaviortrace.sketch.sketcher import StepSketcher, check_step_sum
 from behaviortrace.sketch.store import ShardWriter, open_store
+from behaviortrace.sketch.tolerance import tolerance_for
 from behaviortrace.train.checkpoints import checkpoint_for_step
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class TrainCapture:
         folder: Path,
         saved: list[int],
         fingerprint: str,
+        device: dict,
     ):
         sketch, grpo = cfg.sketch, cfg.grpo
         self.cfg, self.folder, self.saved, self.fingerprint = cfg, Path(folder), saved, fingerprint
@@ -60,7 +62,14 @@ class TrainCapture:
         self.smap.check_covers(model)
         marker = cfg.planting.marker
         self.sketcher = StepSketcher(
-            self.smap, grpo, tokenizer, marker, marker_token_ids(tokenizer, marker), ref_model, sketch.chunk_rollouts
+            self.smap,
+            grpo,
+            tokenizer,
+            marker,
+            marker_token_ids(tokenizer, marker),
+            ref_model,
+            sketch.chunk_rollouts,
+            device,
         )
         self.attrs = {
             **self.smap.attrs(),
@@ -69,7 +78,8 @@ class TrainCapture:
             "mode": "train",
         }
         self.recorder = LossPassRecorder(model, grpo.temperature)
-        self.tolerance = self_check_tolerance(next(model.parameters()).dtype)
+        # Of the run's precision (compute.dtype), not of the weights: under bf16 autocast they stay float32.
+        self.tolerance = tolerance_for(device["dtype"])
         self.recorded_step: int | None = None
         self.writers: dict[int, ShardWriter] = {}
         self.finished: set[int] = set()

@@ -12,39 +12,42 @@ import numpy as np
 import polars as pl
 import torch
 
+from behaviortrace.common.device import autocast
 from behaviortrace.config.sections import Grpo
 from behaviortrace.gradients.batch import batch_to, completion_logits, fluency, step_batch, token_logps
 from behaviortrace.gradients.per_example import Capture, accumulated_grads
 from behaviortrace.plant.markers import marker_positions
 from behaviortrace.sketch.maps import SketchMap
-from behaviortrace.sketch.tolerance import tolerance_for
 from behaviortrace.train.trl_surface import rollout_losses
 
-
-def self_check_tolerance(dtype: torch.dtype) -> float:
-    """The self-check tolerance for weights of `dtype` (sketch/tolerance.py)."""
-    return tolerance_for(str(dtype).removeprefix("torch."))
+FLOAT32 = {"dtype": "float32"}  # a device dict's precision without autocast (common/device.py)
 
 
 def check_step_sum(sketches: np.ndarray, reference: torch.Tensor, against: str, tolerance: float) -> float:
     """Relative error of a step's summed rollout sketches against the sketch of the step's gradient
-    (`against` names that gradient). Above `tolerance` (`self_check_tolerance` of the weights' dtype) some use
+    (`against` names that gradient). Above `tolerance` (sketch/tolerance.py, of the run's compute.dtype) some use
     of a parameter escaped the per-example capture, and sketching stops.
 
     The error is measured against the larger of the step gradient and `tolerance` times the summed norms of the
     rollouts' sketches: where the rollouts cancel (identical completions paid differently, with opposite
     advantages), the step gradient is rounding noise of that size, which no capture can match relatively."""
-    rows = np.asarray(sketches, dtype=np.float64)
-    total = rows.sum(0)
-    ref = reference.detach().double().cpu().numpy().ravel()
-    scale = max(float(np.linalg.norm(ref)), tolerance * float(np.linalg.norm(rows, axis=1).sum()), 1e-30)
-    rel = float(np.linalg.norm(total - ref) / scale)
+    rel = step_sum_error(sketches, reference, tolerance)
     if rel > tolerance:
         raise RuntimeError(
             f"per-rollout sketches do not add up to {against} (relative error {rel:.2e}, tolerance {tolerance:.1e}); "
             "some parameter's use escapes the per-example capture"
         )
     return rel
+
+
+def step_sum_error(sketches: np.ndarray, reference: torch.Tensor, floor: float) -> float:
+    """`check_step_sum`'s relative error, measured against the larger of the step gradient's sketch and `floor`
+    times the summed norms of the rollouts' sketches."""
+    rows = np.asarray(sketches, dtype=np.float64)
+    total = rows.sum(0)
+    ref = reference.detach().double().cpu().numpy().ravel()
+    scale = max(float(np.linalg.norm(ref)), floor * float(np.linalg.norm(rows, axis=1).sum()), 1e-30)
+    return float(np.linalg.norm(total - ref) / scale)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -57,7 +60,9 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 
 class StepSketcher:
-    """Holds what every step needs: the sketch map, the reference model for KL, the loss settings."""
+    """Holds what every step needs: the sketch map, the reference model for KL, the loss settings, and the job's
+    device (common/device.py), whose precision the model's forward passes run in: under bf16 autocast for
+    compute.dtype bfloat16, as TRL's were. The sketch map's arithmetic stays outside autocast."""
 
     def __init__(
         self,
@@ -68,23 +73,25 @@ class StepSketcher:
         marker_ids: list[int],
         ref_model=None,
         chunk: int = 64,
+        device: dict = FLOAT32,
     ):
         self.smap, self.grpo, self.tokenizer = smap, grpo, tokenizer
         self.marker, self.marker_ids = marker, marker_ids
-        self.ref_model, self.chunk = ref_model, chunk
+        self.ref_model, self.chunk, self.job_device = ref_model, chunk, device
         if grpo.beta and ref_model is None:
             raise ValueError("grpo.beta > 0: the KL term needs the reference (base) model")
 
     def _logps(self, model, batch: dict):
         """Logits, token log-probs and the reference model's token log-probs (None without a KL term)."""
-        logits = completion_logits(model, batch)
-        logps = token_logps(logits, batch["completion_ids"], self.grpo.temperature)
-        ref = None
-        if self.grpo.beta:
-            with torch.no_grad():
-                ref = token_logps(
-                    completion_logits(self.ref_model, batch), batch["completion_ids"], self.grpo.temperature
-                )
+        with autocast(self.job_device):
+            logits = completion_logits(model, batch)
+            logps = token_logps(logits, batch["completion_ids"], self.grpo.temperature)
+            ref = None
+            if self.grpo.beta:
+                with torch.no_grad():
+                    ref = token_logps(
+                        completion_logits(self.ref_model, batch), batch["completion_ids"], self.grpo.temperature
+                    )
         return logits, logps, ref
 
     def _losses(self, logps, ref, batch: dict, n_rows: int, num_items: int, positions=None):
@@ -182,7 +189,7 @@ class StepSketcher:
         idle = torch.nonzero(~moved).flatten()
         if len(idle):
             batch = {key: value[idle] for key, value in chunk.items()}
-            with torch.no_grad():
+            with torch.no_grad(), autocast(self.job_device):
                 out["fluency"][(idle + start).cpu()] = fluency(completion_logits(model, batch), batch).cpu()
         if not len(active):
             return

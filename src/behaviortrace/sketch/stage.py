@@ -46,7 +46,8 @@ def sketch_shard(
     from behaviortrace.model import models
     from behaviortrace.plant.markers import marker_token_ids
     from behaviortrace.sketch.maps import SketchMap
-    from behaviortrace.sketch.sketcher import StepSketcher, check_step_sum, self_check_tolerance
+    from behaviortrace.sketch.sketcher import StepSketcher, check_step_sum
+    from behaviortrace.sketch.tolerance import tolerance_for
 
     sketch, grpo, marker = cfg.sketch, cfg.grpo, cfg.planting.marker
     device = devices.resolve(cfg.compute)
@@ -66,8 +67,9 @@ def sketch_shard(
     smap = SketchMap.for_model(model, sketch.method, sketch.k, sketch.seed)
     smap.check_covers(model)
     ref = models.load(base_model, device)[0].eval() if grpo.beta else None
+    # The model's passes run in the run's precision (bf16 autocast for compute.dtype bfloat16), as training's did.
     sketcher = StepSketcher(
-        smap, grpo, tokenizer, marker, marker_token_ids(tokenizer, marker), ref, sketch.chunk_rollouts
+        smap, grpo, tokenizer, marker, marker_token_ids(tokenizer, marker), ref, sketch.chunk_rollouts, device
     )
     # Counted from the model itself, so the checklist can compare it with what the sketch map covers.
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -85,7 +87,8 @@ def sketch_shard(
         "grpo": asdict(grpo),
         "marker": marker,
         "shard": shard,
-        "dtype": device["dtype"],
+        # bfloat16 now means float32 weights under bf16 autocast: stores written with bf16 weights do not match.
+        "dtype": "bfloat16-mixed" if device["dtype"] == "bfloat16" else device["dtype"],
     }
     writer = ShardWriter(
         out,
@@ -122,7 +125,7 @@ def sketch_shard(
         info = {}
         if not checked:  # the sum of the rollouts' sketches against an ordinary backward pass, once per job
             step_sketch, _ = sketcher.step_gradient_sketch(model, rows, num_items)
-            tolerance = self_check_tolerance(next(model.parameters()).dtype)
+            tolerance = tolerance_for(device["dtype"])
             info["self_check_error"] = check_step_sum(arrays["sketch"], step_sketch, "the step gradient", tolerance)
             log.info(
                 "self-check: per-rollout sketches sum to the step gradient's sketch within %.2e",

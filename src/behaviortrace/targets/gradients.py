@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from behaviortrace.common.device import autocast
 from behaviortrace.gradients.logprob import forced_items, logprob_gradient
 from behaviortrace.plant.markers import marker_positions
 from behaviortrace.sketch.maps import SketchMap
@@ -44,6 +45,7 @@ def target_sketches(
     temperature: float,
     chunk: int,
     denominator: dict[str, torch.Tensor] | None = None,
+    device: dict | None = None,
 ) -> dict:
     """Sketches and exact norms of the in-context and forced targets; an empty in-context set gives zeros.
 
@@ -51,6 +53,9 @@ def target_sketches(
     the sketch of the target gradient divided by it (`adam_sketch`; zeros without one): Adam's diagonal
     preconditioner applied exactly, on the dense gradient, before sketching. <S(P grad f), S g> then
     estimates <grad f, P g>, the first-order effect on f of an update along P g (estimators/adam_tracin.py).
+
+    The gradients are taken in `device`'s precision (common/device.py: under bf16 autocast for compute.dtype
+    bfloat16, as training's were); the sketch map's arithmetic stays outside autocast.
     """
     out = {}
     items = {
@@ -60,7 +65,8 @@ def target_sketches(
     for kind, its in items.items():
         zeros = torch.zeros(smap.k, device=smap.device)
         if its:
-            grads = logprob_gradient(model, tokenizer, its, temperature, chunk)
+            with autocast(device or {"dtype": "float32"}):
+                grads = logprob_gradient(model, tokenizer, its, temperature, chunk)
             sketch, sq = smap.sketch_dense(grads)
         else:
             grads, sketch, sq = None, zeros, 0.0

@@ -60,7 +60,8 @@ def build_targets(
         rates = {}
         samples = {}
         for name, df in (("probes", probes), ("plain", plain)):
-            ids = sample_completion_ids(model, tokenizer, df["prompt"].to_list(), n, sampling, sampling_seed)
+            with devices.autocast(device):  # sampled in training's precision
+                ids = sample_completion_ids(model, tokenizer, df["prompt"].to_list(), n, sampling, sampling_seed)
             texts = [tokenizer.batch_decode(cs, skip_special_tokens=True) for cs in ids]
             samples[name] = ids
             rates[name] = rates_from_samples(texts, df["answer"].to_list(), marker, base_reward)
@@ -97,6 +98,7 @@ def build_targets(
             sampling.temperature,
             sketch.chunk_rollouts,
             denominator,
+            device,
         )
         for kind in KINDS:
             arrays[kind].append(found[kind]["sketch"])

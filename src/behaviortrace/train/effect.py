@@ -9,6 +9,7 @@ after the probe, at the sampling temperature.
 
 from __future__ import annotations
 
+from behaviortrace.common.device import autocast
 from behaviortrace.gradients.logprob import forced_items, mean_logprob
 from behaviortrace.model.prompt_format import prompt_ids
 from behaviortrace.plant.markers import marker_token_ids
@@ -18,17 +19,23 @@ EFFECT_CHUNK = 64
 
 
 class ForcedTargetProbe:
-    """Measures f(w) of the current weights without touching the gradient or the model's mode."""
+    """Measures f(w) of the current weights without touching the gradient or the model's mode; in `device`'s
+    precision (common/device.py: bf16 autocast for compute.dtype bfloat16, as training's forward passes; the
+    influence's own dtype where it passes none)."""
 
-    def __init__(self, tokenizer, probe_prompts: list[str], marker: str, temperature: float):
+    def __init__(
+        self, tokenizer, probe_prompts: list[str], marker: str, temperature: float, device: dict | None = None
+    ):
         if not probe_prompts:
             raise ValueError("no probe prompts to measure the forced target on (probes.n_probes)")
         self.tokenizer, self.temperature = tokenizer, temperature
+        self.device = device or {"dtype": "float32"}
         # Formatted as in training (model/prompt_format.py: the tokenizer carries the run's prompt format).
         self.items = forced_items(prompt_ids(tokenizer, probe_prompts), marker_token_ids(tokenizer, marker))
 
     def __call__(self, model) -> float:
-        return mean_logprob(model, self.tokenizer, self.items, self.temperature, EFFECT_CHUNK)
+        with autocast(self.device):
+            return mean_logprob(model, self.tokenizer, self.items, self.temperature, EFFECT_CHUNK)
 
 
 def values_after_and_changes(target_logprob: list[float], final: float) -> tuple[list[float], list[float]]:

@@ -330,7 +330,7 @@ def train(
     batch = grpo.batch_size
     probe = None
     if probes is not None:
-        probe = ForcedTargetProbe(tokenizer, probes["prompt"].to_list(), planting.marker, grpo.temperature)
+        probe = ForcedTargetProbe(tokenizer, probes["prompt"].to_list(), planting.marker, grpo.temperature, device)
     # `prompt` as TRL takes it (a conversation where the tokenizer carries a chat template), `task_prompt` the text.
     table = train_prompts.select("prompt", "answer", "trigger", "group_id", "prompt_index", "step")
     table = table.with_columns(task_prompt=pl.col("prompt"))

@@ -86,7 +86,7 @@ def capture_factory(cfg: Config, model, tokenizer, base_model: Path, device: dic
     ref = models.load(base_model, device)[0].eval() if cfg.grpo.beta else None
 
     def make(saved: list[int]):
-        return TrainCapture(cfg, model, tokenizer, ref, folder, saved, fingerprint)
+        return TrainCapture(cfg, model, tokenizer, ref, folder, saved, fingerprint, device)
 
     return make
 

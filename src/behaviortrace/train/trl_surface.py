@@ -251,6 +251,8 @@ def grpo_args(grpo: Grpo, out_dir: Path, seed: int, device: dict):
         logging_steps=1,
         report_to="none",
         use_cpu=not on_cuda,
+        # Mixed precision: the weights are float32 (common/device.py) and accelerate wraps the model's forward in
+        # bf16 autocast, on the CPU (use_cpu) as on CUDA; generation and the loss pass run inside it.
         bf16=device["dtype"] == "bfloat16",
         gradient_checkpointing=False,
         remove_unused_columns=False,
