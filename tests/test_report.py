@@ -1,6 +1,7 @@
 """The aggregate stage on a real workflow run: tables, the checklist recomputed by hand, figures, and the
 Snakemake HTML report rendered in headless Chromium."""
 
+import itertools
 import json
 import re
 import shutil
@@ -567,6 +568,8 @@ INTERVAL_ITEMS = (
     "beats_fluency",
     "beats_log_only",
     "survives_fluency_residualization",
+    "stable_across_draws",
+    "stable_across_seeds",
     "tracks_effect",
     "lds_rollout",
     "lds_group",
@@ -708,3 +711,95 @@ def test_replay_beats_random_three_valued(changes, verdict):
     got = checklist_module.replay_beats_random(s, "gas")
     assert got.verdict == verdict, got.detail
     assert "probability 6.2e-02" in got.detail  # (1/4)^2: two cells, three random sets each
+
+
+def test_rank_correlation_interval_matches_explicit_resampling():
+    """Each bootstrap replicate of the draw rank correlation is the plain correlation of the ranks with every
+    training step's rows repeated as often as the replicate drew the step."""
+    rng = np.random.default_rng(3)
+    steps = np.repeat(np.arange(12), 8)
+    a = rng.normal(size=steps.size) + steps * 0.1
+    b = a + rng.normal(scale=0.8, size=steps.size)
+    point, low, high = tables.spearman_interval(a, b, steps, 50, 7)
+    assert point == pytest.approx(_brute_spearman(a, b), abs=1e-12)
+    ra, rb = (pl.Series(v).rank("average").to_numpy() for v in (a, b))
+    draws = np.random.default_rng(7).multinomial(12, np.full(12, 1 / 12), size=50)
+    explicit = []
+    for counts in draws:
+        rows = np.concatenate([np.flatnonzero(steps == s).repeat(c) for s, c in enumerate(counts)])
+        explicit.append(np.corrcoef(ra[rows], rb[rows])[0, 1])
+    assert (low, high) == pytest.approx(tuple(np.percentile(explicit, [2.5, 97.5])), abs=1e-12)
+    assert low < point < high
+
+
+def test_sd_and_spread_ranges_match_a_grid_search():
+    lows, highs = np.array([0.50, 0.55, 0.62]), np.array([0.58, 0.60, 0.70])
+    grid = np.array(list(itertools.product(*[np.linspace(lo, hi, 41) for lo, hi in zip(lows, highs, strict=True)])))
+    sds, spreads = grid.std(axis=1, ddof=1), grid.max(axis=1) - grid.min(axis=1)
+    low, high = checklist_module.sd_range(lows, highs)
+    assert low == pytest.approx(sds.min(), abs=2e-3) and low <= sds.min() + 1e-12
+    assert high == pytest.approx(sds.max(), abs=1e-12)
+    assert tables.spread_range(lows, highs) == pytest.approx((spreads.min(), spreads.max()), abs=1e-12)
+
+
+def _seed_rows(cells):
+    return pl.DataFrame(
+        [
+            _row_of(seed, draw, value, low, high)
+            for seed, per_draw in enumerate(cells)
+            for draw, (value, low, high) in enumerate(per_draw)
+        ]
+    )
+
+
+def _row_of(seed, draw, value, low, high):
+    return {
+        "run": "t",
+        "arm": "planted",
+        "seed": seed,
+        "draw": draw,
+        "estimator": "gas",
+        "target": "forced",
+        "level": "rollout",
+        "stratum": "all",
+        "metric": "within_group_auc_fluency_resid",
+        "value": value,
+        "ci_low": low,
+        "ci_high": high,
+        "n": 100,
+    }
+
+
+@pytest.mark.parametrize(
+    "cells,verdict",
+    [
+        ([[(0.70, 0.68, 0.72)], [(0.71, 0.69, 0.73)], [(0.72, 0.70, 0.74)]], "pass"),  # tight and all above
+        ([[(0.60, 0.52, 0.68)], [(0.70, 0.62, 0.78)], [(0.66, 0.58, 0.74)]], "inconclusive"),  # sd 0.05 possible
+        ([[(0.55, 0.53, 0.57)], [(0.75, 0.73, 0.77)], [(0.90, 0.88, 0.92)]], "fail"),  # sd above 0.05 for sure
+        ([[(0.60, 0.55, 0.65)], [(0.58, 0.49, 0.67)], [(0.62, 0.57, 0.67)]], "inconclusive"),  # one seed straddles
+        ([[(0.54, 0.52, 0.56)], [(0.47, 0.45, 0.49)], [(0.52, 0.51, 0.53)]], "fail"),  # above and below 0.5
+    ],
+)
+def test_stable_across_seeds_three_valued(cells, verdict):
+    got = checklist_module.stable_across_seeds(_seed_rows(cells), "gas", "forced", "all", 0.05)
+    assert got.verdict == verdict, got.detail
+
+
+@pytest.mark.parametrize(
+    "corr,spread,verdict",
+    [
+        ((0.90, 0.88, 0.92), (0.00, 0.03), "pass"),
+        ((0.81, 0.78, 0.84), (0.00, 0.03), "inconclusive"),  # the correlation's interval straddles 0.8
+        ((0.76, 0.74, 0.78), (0.00, 0.03), "fail"),  # wholly below 0.8
+        ((0.90, 0.88, 0.92), (0.02, 0.08), "inconclusive"),  # a spread above 0.05 is possible
+        ((0.90, 0.88, 0.92), (0.06, 0.12), "fail"),  # the spread is above 0.05 whatever the noise
+    ],
+)
+def test_stable_across_draws_three_valued(corr, spread, verdict):
+    row = {"seed": 0, "estimator": "gas", "target": "forced", "draws": 2}
+    names = ("rank_correlation_min", "rank_correlation_min_ci_low", "rank_correlation_min_ci_high")
+    row.update(zip(names, corr, strict=True))
+    name = "within_group_auc_fluency_resid_rollout_spread"
+    row.update({name: sum(spread) / 2, f"{name}_low": spread[0], f"{name}_high": spread[1]})
+    got = checklist_module.stable_across_draws(pl.DataFrame([row]), "gas", "forced", 0.8, 0.05)
+    assert got.verdict == verdict, got.detail

@@ -52,7 +52,7 @@ rule aggregate:
         CONDA_ENV
     threads: 1
     params:
-        config=config_for("run", "checklist"),
+        config=config_for("run", "checklist", "evaluation"),
         arms=[arm for arm, _ in METRIC_FILES],
         log_only=[name for name, instance in ESTIMATORS.items() if instance.log_only],
         score_keys=list(SCORE_FILES),

@@ -14,6 +14,7 @@ cell beats a control are intersection-union tests and need no correction.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -50,10 +51,11 @@ ITEMS = {
     "them, on the metrics of the norm items",
     "survives_fluency_residualization": "Within-group AUC after residualizing on fluency has its interval above "
     "0.5 on every seed and draw",
-    "stable_across_draws": "Stable across generation draws: rank correlation of rollout scores between draws, and "
-    "the spread of the residualized within-group AUC across draws",
-    "stable_across_seeds": "Stable across seeds: sd of the residualized within-group AUC across seeds, and every "
-    "seed agreeing on whether its interval is above 0.5",
+    "stable_across_draws": "Stable across generation draws: rank correlation of rollout scores between draws (its "
+    "interval from a bootstrap over training steps), and the spread of the residualized within-group AUC across "
+    "draws, as far as the draws' intervals allow",
+    "stable_across_seeds": "Stable across seeds: sd of the residualized within-group AUC across seeds, as far as "
+    "the seeds' intervals allow, and every seed agreeing on whether its interval is above 0.5",
     "random_at_chance": "The random control is at chance on every seed and draw: its rollout lift, AUROC and step "
     "lift are consistent with a random ordering (two-sided hypergeometric, Mann-Whitney and step-permutation tests), "
     "Holm's procedure over every check at the family-wise error `alpha`",
@@ -280,38 +282,71 @@ def survives_residualization(metrics: pl.DataFrame, est: str, target: str, strat
     )
 
 
+def sd_range(lows: np.ndarray, highs: np.ndarray, grid: int = 2001) -> tuple[float, float]:
+    """The smallest and the largest sample sd of values that each lie within their interval. The largest sits at
+    a corner of the box (every value at an end); the smallest at every value as near a common point c as its
+    interval allows, c searched on a grid over the intervals' span."""
+    lows, highs = np.asarray(lows, float), np.asarray(highs, float)
+    corners = np.array(list(itertools.product(*zip(lows, highs, strict=True))))
+    c = np.linspace(lows.min(), highs.max(), grid)
+    nearest = np.clip(c[:, None], lows[None, :], highs[None, :])
+    return float(nearest.std(axis=1, ddof=1).min()), float(corners.std(axis=1, ddof=1).max())
+
+
 def stable_across_draws(stability: pl.DataFrame, est: str, target: str, min_corr: float, max_spread: float) -> Verdict:
+    """Pass where the rank correlation's interval clears `min_corr` and the largest spread the draws' intervals
+    allow stays within `max_spread`; fail where the correlation's interval lies wholly below, or the smallest
+    spread they allow is above; inconclusive in between."""
     rows = stability.filter((pl.col("estimator") == est) & pl.col("target").is_in([target, "none"]))
     if not rows.height or rows["draws"].min() < 2:
         return Verdict(NA, "fewer than two generation draws")
-    corr = float(rows["rank_correlation_min"].min())
+    worst = rows.sort("rank_correlation_min").row(0, named=True)
+    corr, low, high = (worst[f"rank_correlation_min{s}"] for s in ("", "_ci_low", "_ci_high"))
+    spread_low = float(rows["within_group_auc_fluency_resid_rollout_spread_low"].max())
+    spread_high = float(rows["within_group_auc_fluency_resid_rollout_spread_high"].max())
     spread = float(rows["within_group_auc_fluency_resid_rollout_spread"].max())
-    ok = corr >= min_corr and spread <= max_spread
+    passes = low >= min_corr and spread_high <= max_spread
+    fails = high < min_corr or spread_low > max_spread
     return Verdict(
-        PASS if ok else FAIL,
-        f"lowest rank correlation between draws {corr:.3f} (at least {min_corr}); "
-        f"largest spread of residualized AUC {spread:.3f} (at most {max_spread})",
+        _three([passes], [fails]),
+        f"lowest rank correlation between draws {corr:.3f} [{low:.3f}, {high:.3f}] (at least {min_corr}); "
+        f"largest spread of residualized AUC {spread:.3f}, {spread_low:.3f} to {spread_high:.3f} within the draws' "
+        f"intervals (at most {max_spread})",
         {"rank_correlation_min": corr, "resid_auc_spread_max": spread},
     )
 
 
 def stable_across_seeds(metrics: pl.DataFrame, est: str, target: str, stratum: str, max_sd: float) -> Verdict:
+    """Pass where the largest sd the seeds' intervals allow is within `max_sd` and the seeds agree on whether the
+    AUC is above 0.5 (every one above, or none); fail where the smallest sd they allow is above `max_sd`, or one
+    seed is wholly above 0.5 and another wholly below; inconclusive in between (a seed above, another
+    straddling)."""
     by_seed = (
         _resid_auc(metrics, est, target, stratum)
         .group_by("seed")
-        .agg(pl.col("value").mean(), (pl.col("ci_low") > 0.5).all().alias("above"))
+        .agg(
+            pl.col("value").mean(),
+            pl.col("ci_low").mean(),
+            pl.col("ci_high").mean(),
+            (pl.col("ci_low") > 0.5).all().alias("above"),
+            (pl.col("ci_high") < 0.5).all().alias("below"),
+        )
         .sort("seed")
     )
     if by_seed.height < 2:
         return Verdict(NA, "fewer than two seeds")
     sd = float(by_seed["value"].std())
-    above = int(by_seed["above"].sum())
+    sd_low, sd_high = sd_range(by_seed["ci_low"].to_numpy(), by_seed["ci_high"].to_numpy())
+    above, below = int(by_seed["above"].sum()), int(by_seed["below"].sum())
     agree = above in (0, by_seed.height)
+    passes = sd_high <= max_sd and agree
+    fails = sd_low > max_sd or (above > 0 and below > 0)
     values = ", ".join(f"{v:.3f}" for v in by_seed["value"].to_list())
     return Verdict(
-        PASS if sd <= max_sd and agree else FAIL,
-        f"residualized AUC by seed {values}: sd {sd:.3f} (at most {max_sd}); interval above 0.5 on "
-        f"{above}/{by_seed.height} seeds (all or none to agree)",
+        _three([passes], [fails]),
+        f"residualized AUC by seed {values}: sd {sd:.3f}, {sd_low:.3f} to {sd_high:.3f} within the seeds' "
+        f"intervals (at most {max_sd}); interval above 0.5 on {above}/{by_seed.height} seeds and below on {below} "
+        "(all or none above to agree)",
         {"sd": sd, "agree": agree},
     )
 

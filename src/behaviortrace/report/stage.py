@@ -110,6 +110,8 @@ def aggregate_job(
             ("rollout", checks.rollout_metric),
             ("rollout", "within_group_auc_fluency_resid"),
         ],
+        cfg.evaluation.bootstrap,
+        cfg.evaluation.seed,
     )
     log_only = [name for name in estimators_of(metrics) if name in log_only]
     seeds = seed_stability(

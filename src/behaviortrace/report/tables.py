@@ -110,11 +110,45 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
+def spread_range(lows: np.ndarray, highs: np.ndarray) -> tuple[float, float]:
+    """The smallest and the largest max − min of values that each lie within their interval."""
+    return max(0.0, float(np.max(lows) - np.min(highs))), float(np.max(highs) - np.min(lows))
+
+
+def spearman_interval(a: np.ndarray, b: np.ndarray, clusters: np.ndarray, n_boot: int, seed: int) -> tuple:
+    """The rank correlation of `a` and `b` and its 95% interval from a bootstrap over whole clusters (training
+    steps), the ranks held fixed: per-cluster sums of the ranks, their squares and products make each replicate
+    one matrix product."""
+    keep = np.isfinite(a) & np.isfinite(b)
+    point = _spearman(a, b)
+    if keep.sum() < 3 or not np.isfinite(point):
+        return point, float("nan"), float("nan")
+    ranks = pl.DataFrame({"a": a[keep], "b": b[keep]}).select(pl.all().rank("average"))
+    ra, rb = ranks["a"].to_numpy(), ranks["b"].to_numpy()
+    ids, inverse = np.unique(clusters[keep], return_inverse=True)
+    sums = np.stack([np.bincount(inverse, weights=v, minlength=len(ids)) for v in (np.ones_like(ra), ra, rb)])
+    cross = np.stack([np.bincount(inverse, weights=v, minlength=len(ids)) for v in (ra * ra, rb * rb, ra * rb)])
+    rng = np.random.default_rng(seed)
+    w = rng.multinomial(len(ids), np.full(len(ids), 1 / len(ids)), size=n_boot).astype(np.float64)
+    n, sa, sb = (w @ sums.T).T
+    saa, sbb, sab = (w @ cross.T).T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        corr = (sab - sa * sb / n) / np.sqrt((saa - sa * sa / n) * (sbb - sb * sb / n))
+    corr = corr[np.isfinite(corr)]
+    low, high = np.percentile(corr, [2.5, 97.5]) if len(corr) else (np.nan, np.nan)
+    return point, float(low), float(high)
+
+
 def draw_stability(
-    metrics: pl.DataFrame, score_files: dict[tuple[int, str, str, int], Path], spread_metrics: list[tuple[str, str]]
+    metrics: pl.DataFrame,
+    score_files: dict[tuple[int, str, str, int], Path],
+    spread_metrics: list[tuple[str, str]],
+    n_boot: int = 200,
+    boot_seed: int = 0,
 ) -> pl.DataFrame:
-    """Per seed, estimator and target: the smallest rank correlation of rollout scores between two draws,
-    and the spread (max − min over draws) of each (level, metric) in `spread_metrics`, stratum all."""
+    """Per seed, estimator and target: the smallest rank correlation of rollout scores between two draws, with
+    its interval (a bootstrap over training steps, `n_boot` resamples seeded by `boot_seed` and the seed), and
+    the spread (max − min over draws) of each (level, metric) in `spread_metrics`, stratum all."""
     planted = metrics.filter((pl.col("arm") == PLANTED) & (pl.col("stratum") == "all"))
     rows = []
     keys = sorted({k[:3] for k in score_files})
@@ -122,15 +156,24 @@ def draw_stability(
         draws = sorted(d for s, e, t, d in score_files if (s, e, t) == (seed, est, target))
         scores = {d: pl.read_parquet(score_files[(seed, est, target, d)]).sort("rollout_id") for d in draws}
         corrs = [
-            _spearman(scores[a]["score"].to_numpy(), scores[b]["score"].to_numpy())
+            spearman_interval(
+                scores[a]["score"].to_numpy(),
+                scores[b]["score"].to_numpy(),
+                scores[a]["step"].to_numpy(),
+                n_boot,
+                boot_seed + seed,
+            )
             for a, b in itertools.combinations(draws, 2)
         ]
+        lowest = min(corrs, key=lambda c: c[0]) if corrs else (float("nan"),) * 3
         row = {
             "seed": seed,
             "estimator": est,
             "target": target,
             "draws": len(draws),
-            "rank_correlation_min": min(corrs) if corrs else float("nan"),
+            "rank_correlation_min": lowest[0],
+            "rank_correlation_min_ci_low": lowest[1],
+            "rank_correlation_min_ci_high": lowest[2],
         }
         for level, metric in spread_metrics:
             v = planted.filter(
@@ -139,8 +182,11 @@ def draw_stability(
                 & (pl.col("target") == target)
                 & (pl.col("level") == level)
                 & (pl.col("metric") == metric)
-            )["value"]
-            row[f"{metric}_{level}_spread"] = float(v.max() - v.min()) if v.len() else float("nan")
+            )
+            nan = float("nan")
+            row[f"{metric}_{level}_spread"] = float(v["value"].max() - v["value"].min()) if v.height else nan
+            low, high = spread_range(v["ci_low"].to_numpy(), v["ci_high"].to_numpy()) if v.height else (nan, nan)
+            row[f"{metric}_{level}_spread_low"], row[f"{metric}_{level}_spread_high"] = low, high
         rows.append(row)
     return pl.DataFrame(rows)
 
