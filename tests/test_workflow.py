@@ -244,8 +244,10 @@ def test_editing_a_shared_estimator_helper_reruns_exactly_the_estimators_that_us
 
     workdir, cfg = finished_run
     helper = PACKAGE_ROOT / "common" / "vectors.py"
-    users = {e for e in cfg["estimators"] if helper in dependencies(e)}
-    assert users == {"adam_tracin", "gas", "norm", "token_alignment", "tracincp", "trak"}  # not fluency, random
+    modules = {e: (entry or {}).get("module", e) for e, entry in cfg["estimators"].items()}
+    users = {e for e, module in modules.items() if helper in dependencies(module)}
+    # Not fluency or random; norm_post_clip is an instance of norm.
+    assert users == {"adam_tracin", "gas", "norm", "norm_post_clip", "token_alignment", "tracincp", "trak"}
     original = helper.read_text()
     helper.write_text(original + "\n# edited by a test\n")
     try:
@@ -261,8 +263,10 @@ def test_editing_a_shared_estimator_helper_reruns_exactly_the_estimators_that_us
     }
     assert rerun == users
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
-    # Targeted estimators: one job per target kind and draw; norm (no target): one for every draw.
-    per_run = sum(len(cfg["evaluation"]["target_kinds"]) * cfg["targets"]["draws"] if e != "norm" else 1 for e in users)
+    # Targeted estimators: one job per target kind and draw; norm's instances (no target): one for every draw.
+    targeted = [e for e in users if modules[e] != "norm"]
+    per_target = len(cfg["evaluation"]["target_kinds"]) * cfg["targets"]["draws"]
+    per_run = len(targeted) * per_target + len(users) - len(targeted)
     assert job_counts(log)["score"] == n_runs * per_run
     assert snakemake(workdir, "-n").stdout.count("rule score") == 0  # restored: nothing to do again
 
