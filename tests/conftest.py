@@ -31,6 +31,7 @@ NUMERIC_MODULES = {
     "test_estimators",
     "test_grpo",
     "test_influence",
+    "test_lora",
     "test_mixed_precision",
     "test_model_families",
     "test_optimizer_effect",

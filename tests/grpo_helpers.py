@@ -19,7 +19,7 @@ from behaviortrace.model import models
 from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.sketch.store import read_rows
 from behaviortrace.train import grpo
-from behaviortrace.train.stage import capture_factory, finalize
+from behaviortrace.train.stage import capture_factory, finalize, training_model
 from behaviortrace.train.trl_surface import rollout_losses
 
 
@@ -120,9 +120,9 @@ def run_training(cfg, base_model_dir, train_prompts, seed, out_dir, device, capt
     """Train (with `capture`: also sketch every step inside training, into train/capture/; with a `probes`
     keyword, the probe prompts: also measure the forced target at every step)."""
     torch.set_num_threads(1)
-    model, tokenizer = models.load(base_model_dir, device)
-    train_dir = Path(out_dir) / "train"
     config = Config.from_dict(cfg)
+    model, tokenizer = training_model(config, Path(base_model_dir), device, seed)  # under adapters with model.lora
+    train_dir = Path(out_dir) / "train"
     if capture:
         kwargs["capture_factory"] = capture_factory(
             config, model, tokenizer, Path(base_model_dir), device, train_dir / "capture", "test"

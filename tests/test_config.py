@@ -159,6 +159,10 @@ def test_the_reference_page_is_generated_from_the_definitions():
         ("checklist.min_lds", 2, "checklist.min_lds = 2"),
         ("influence.fd_delta", 0.0, "influence.fd_delta = 0.0"),
         ("influence.sets", ["gas", "random"], "influence.sets: 'random' is not among replay.estimators"),
+        ("model.lora", {"rank": -1}, "model.lora.rank = -1"),
+        ("model.lora", {"rank": 4, "target_modules": []}, "model.lora.target_modules = []"),
+        ("model.lora", {"rank": 4, "alpha": 0}, "model.lora.alpha = 0"),
+        ("model.lora", {"rank": 4, "target_modules": ["q_proj", "lm_head"]}, "lm_head cannot carry an adapter"),
     ],
 )
 def test_bad_values_name_key_and_value(path, value, expected):

@@ -183,7 +183,8 @@ def replay_scores(wildcards):
 # at that step's weights; the stores are its outputs, and it is the only job that gets the sketch
 # section), else one sketch job per shard from the saved checkpoints.
 CAPTURE = CFG.sketch.mode == "train"
-TRAIN_SECTIONS = ("grpo", "planting", "task", "compute") + (("sketch", "model") if CAPTURE else ())
+# The model section also for model.lora, which the training job wraps the base model with.
+TRAIN_SECTIONS = ("grpo", "planting", "task", "compute", "model") + (("sketch",) if CAPTURE else ())
 CAPTURED_SHARDS = [directory(p) for p in expand(SHARD, shard=SHARDS, allow_missing=True)] if CAPTURE else []
 
 

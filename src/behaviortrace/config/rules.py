@@ -93,6 +93,18 @@ def _model(cfg: Config) -> list[str]:
     return problems
 
 
+def _lora(cfg: Config) -> list[str]:
+    """TRL computes the loss's log-probs from `lm_head.weight` directly (a fused head), so an adapter there would
+    never train; TRL refuses it at start, this refuses it before anything runs."""
+    lora = cfg.model.lora
+    if lora.enabled and "lm_head" in lora.target_modules:
+        return [
+            f"config key model.lora.target_modules = {lora.target_modules}: lm_head cannot carry an adapter (TRL "
+            "computes log-probs from lm_head.weight directly, so it would never be trained)"
+        ]
+    return []
+
+
 # The most memory one training step's sketches may take: 1 TB, beyond the host memory of any single node a
 # run can count on (the sketcher cannot spill them to disk).
 STEP_SKETCH_LIMIT = 10**12
@@ -169,7 +181,7 @@ def _analysis(cfg: Config) -> list[str]:
     return problems
 
 
-RULES = (_window, _task, _plant_words, _model, _sketch_size, _estimator_settings, _analysis)
+RULES = (_window, _task, _plant_words, _model, _lora, _sketch_size, _estimator_settings, _analysis)
 
 
 def problems(cfg: Config) -> list[str]:

@@ -111,6 +111,27 @@ class Sft:
 
 
 @dataclass(frozen=True)
+class Lora:
+    """LoRA adapters trained through peft instead of every weight (docs/models.md). Everything downstream (capture,
+    self-check, targets, replay, influence) then covers exactly the adapter's parameters. No dropout: per-rollout
+    gradients are recomputed from checkpoints and must see the function TRL differentiated."""
+
+    rank: int = key(0, "adapter rank r; 0 trains every weight of the model (no adapter)", minimum=0)
+    alpha: float = key(16.0, "adapter scaling: its update B A x is multiplied by alpha / rank", exclusiveMinimum=0)
+    target_modules: list[str] = key(
+        ["q_proj", "v_proj"],
+        "names (last part) of the Linear modules that get an adapter; their own weights stay frozen",
+        minItems=1,
+        uniqueItems=True,
+        items={"minLength": 1},
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+
+@dataclass(frozen=True)
 class Model:
     """The model GRPO trains."""
 
@@ -123,6 +144,7 @@ class Model:
     trust_remote_code: bool = key(False, "allow custom modeling code shipped with a hub model (off unless trusted)")
     tiny: TinyModel = section(TinyModel, "the built-in model (unused with a real one)")
     sft: Sft = section(Sft, "the supervised warm-up")
+    lora: Lora = section(Lora, Lora.__doc__)
 
     @property
     def is_tiny(self) -> bool:
@@ -607,6 +629,6 @@ def _typed(annotation: str, value):
 # Every section class by the annotation that names it (annotations are strings here).
 SECTIONS: dict[str, type] = {
     cls.__name__: cls
-    for cls in (Compute, TinyModel, Sft, Model, Task, Planting, Probes, Grpo, Sketch, Targets, Evaluation)
+    for cls in (Compute, TinyModel, Sft, Lora, Model, Task, Planting, Probes, Grpo, Sketch, Targets, Evaluation)
     + (Replay, Influence, Placebo, Checklist)
 }

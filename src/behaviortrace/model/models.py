@@ -74,6 +74,11 @@ def load_tokenizer(path: Path, trust_remote_code: bool = False):
 
 
 def load(path: Path, device: dict):
-    """A model saved by this pipeline (base model or training checkpoint)."""
+    """A model saved by this pipeline (base model or training checkpoint; a LoRA checkpoint comes back as its base
+    model with the adapter attached, model/lora.py)."""
+    from behaviortrace.model import lora
+
     tokenizer = load_tokenizer(path)
+    if lora.is_adapter(path):
+        return lora.attach(_from_pretrained(str(lora.base_of(path)), False, device), path), tokenizer
     return _from_pretrained(str(path), False, device), tokenizer

@@ -27,6 +27,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
 from behaviortrace.config.sections import Config, Planting
+from behaviortrace.model.lora import drop_reference_adapter
 from behaviortrace.model.prompt_format import completion_text, has_chat_template, render, trl_prompt
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.plant.planting import (
@@ -94,6 +95,7 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
+        drop_reference_adapter(self.model)
         self.rollout_log = rollout_log
         self.plant_seed = seed
         self.planting = planting

@@ -39,7 +39,7 @@ def train_job(
     """Train one seed (resuming where a killed job stopped) and write its rollout log, step log and manifest;
     with `sketch.mode: train`, also its sketch stores (`shards`, one per shard of steps, in order)."""
     device = devices.resolve(cfg.compute)
-    model, tokenizer = models.load(base_model, device)
+    model, tokenizer = training_model(cfg, base_model, device, seed)
     fingerprint = grpo.run_fingerprint(cfg.to_dict(), seed, [base_model, prompts])
     capture_dir = Path(train_dir) / "capture"
     captures = cfg.has("sketch") and cfg.sketch.mode == "train"
@@ -77,6 +77,21 @@ def train_job(
 
         log.info("%s %.0f MiB", PEAK_GPU_MEMORY, torch.cuda.max_memory_allocated() / 2**20)
     return rollouts
+
+
+def training_model(cfg: Config, base_model: Path, device: dict, seed: int):
+    """The model TRL trains: the base model, or with `model.lora` the base model under fresh adapters (drawn with the
+    training `seed`), checked (sketch/preflight.py) like the base model was, since the adapters are modules of
+    their own."""
+    model, tokenizer = models.load(base_model, device)
+    if cfg.model.lora.enabled:
+        from behaviortrace.model import lora
+        from behaviortrace.model.stage import capture_tolerance
+        from behaviortrace.sketch.preflight import check_capture
+
+        model = lora.wrap(model, cfg.model.lora, base_model, seed)
+        check_capture(model, tokenizer.pad_token_id, capture_tolerance(model), f"{cfg.model.name} with LoRA")
+    return model, tokenizer
 
 
 def capture_factory(cfg: Config, model, tokenizer, base_model: Path, device: dict, folder: Path, fingerprint: str):

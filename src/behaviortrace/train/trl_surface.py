@@ -186,8 +186,11 @@ class ForcedPrefix:
 
 
 def fused_head_backbone(model):
-    """The module whose output's `last_hidden_state` the fused head projects (transformers 5: `base_model`)."""
-    return model.base_model
+    """The module whose output's `last_hidden_state` the fused head projects (transformers 5: `base_model`; under a
+    LoRA adapter TRL patches the transformers model inside it)."""
+    from behaviortrace.model.lora import unwrap
+
+    return unwrap(model).base_model
 
 
 def fused_head_transform(model) -> tuple[float, float | None]:
