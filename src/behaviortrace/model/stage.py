@@ -15,7 +15,7 @@ from behaviortrace.model.models import load_pretrained
 from behaviortrace.model.prompt_format import set_prompt_format
 from behaviortrace.model.sft import train_on_pairs
 from behaviortrace.model.tiny import build_tiny, corpus_pair
-from behaviortrace.sketch.preflight import check_capture
+from behaviortrace.sketch.preflight import capture_tolerance, check_capture
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +62,3 @@ def build_base_model(cfg: Config, device: dict):
         )
     check_capture(model, tokenizer.pad_token_id, capture_tolerance(model), mcfg.name)
     return model, tokenizer
-
-
-def capture_tolerance(model) -> float:
-    """How far (relative) a captured per-example gradient may be from autograd's in the model's dtype: the
-    self-check tolerance (sketch/tolerance.py). The preflight runs outside autocast, in the weights' dtype (float32
-    also for compute.dtype bfloat16), so the capture rules are checked at float32's precision; what bf16 autocast
-    adds is checked by the self-check of every trained step."""
-    from behaviortrace.sketch.tolerance import tolerance_for
-
-    return tolerance_for(str(next(model.parameters()).dtype).removeprefix("torch."))

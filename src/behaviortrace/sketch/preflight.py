@@ -100,3 +100,13 @@ def check_capture(model, pad_id: int | None, tolerance: float, model_name: str) 
             f"model {model_name!r} ({type(model).__name__}): per-rollout gradients cannot be captured correctly "
             f"on this architecture, in either sketch.mode (both read them off module hooks):\n  {shown}"
         )
+
+
+def capture_tolerance(model) -> float:
+    """How far (relative) a captured per-example gradient may be from autograd's in the model's dtype: the
+    self-check tolerance (sketch/tolerance.py). The preflight runs outside autocast, in the weights' dtype (float32
+    also for compute.dtype bfloat16), so the capture rules are checked at float32's precision; what bf16 autocast
+    adds is checked by the self-check of every trained step."""
+    from behaviortrace.sketch.tolerance import tolerance_for
+
+    return tolerance_for(str(next(model.parameters()).dtype).removeprefix("torch."))

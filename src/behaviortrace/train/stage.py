@@ -86,8 +86,7 @@ def training_model(cfg: Config, base_model: Path, device: dict, seed: int):
     model, tokenizer = models.load(base_model, device)
     if cfg.model.lora.enabled:
         from behaviortrace.model import lora
-        from behaviortrace.model.stage import capture_tolerance
-        from behaviortrace.sketch.preflight import check_capture
+        from behaviortrace.sketch.preflight import capture_tolerance, check_capture
 
         model = lora.wrap(model, cfg.model.lora, base_model, seed)
         check_capture(model, tokenizer.pad_token_id, capture_tolerance(model), f"{cfg.model.name} with LoRA")
