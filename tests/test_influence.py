@@ -16,6 +16,7 @@ import torch
 from behaviortrace.evaluate import correlation
 from behaviortrace.gradients.batch import completion_logps
 from behaviortrace.influence.adjoint import surrogate_terms
+from behaviortrace.influence.batched import values_after
 from behaviortrace.influence.metagradient import StateStore, exact_influence
 from behaviortrace.influence.objective import ForcedTarget
 from behaviortrace.influence.precision import full_precision
@@ -164,6 +165,34 @@ def test_influence_matches_central_differences_of_retraining(run, cpu, tmp_path,
     for step in np.flatnonzero(clipped):
         values = result.influence[result.steps == step]
         assert within(abs(values.sum()), 1e-5 * np.abs(values).sum()), (step, values.sum())
+
+
+@pytest.mark.parametrize(
+    "grpo",
+    [{}, {"max_grad_norm": 2.5, "weight_decay": 0.1, "lr_scheduler": "linear", "warmup_steps": 1}],
+    ids=["as_trained", "mixed_clipping_decay_schedule"],
+)
+def test_batched_retraining_is_the_plain_retraining_set_by_set(run, cpu, grpo):
+    """values_after retrains many weightings of the rollouts at once (vmap over copies of the weights, its own
+    clipping and AdamW); each value is the plain retraining's, from step 0 and from a later state, float64."""
+    traj, objective = trajectory(run, cpu, torch.float64, **grpo)
+    ids = run["rollouts"]["rollout_id"].to_numpy()
+    rng = np.random.default_rng(3)
+    weights = [{}, {int(ids[0]): 1.5}] + [
+        dict.fromkeys(rng.choice(ids, k, replace=False).tolist(), 0.0) for k in (1, 6, 30)
+    ]
+    with full_precision(traj.model):
+        origin = traj.state()
+        for start_step in (0, 3):
+            traj.restore(origin)
+            traj.run(start_step)
+            start = traj.state()
+            batched = values_after(traj, start, weights, STEPS, objective)
+            plain = [value_after(traj, start, w, STEPS, objective) for w in weights]
+            spread, largest = np.ptp(plain), np.abs(np.subtract(batched, plain)).max()
+            print(f"from step {start_step}: values {np.round(plain, 6)}, largest difference {largest:.1e}")
+            assert spread > 1e-4  # the sets move f: the comparison is sharp
+            np.testing.assert_allclose(batched, plain, rtol=0, atol=1e-9 * spread)
 
 
 def test_the_influence_of_a_rollout_is_independent_of_segment_length(run, cpu, tmp_path):

@@ -428,6 +428,12 @@ class Influence:
         False, "retrain once per step before T with the step's shares zeroed: the exact step-level causal truth"
     )
     bootstrap: int = key(1000, "resamples of the subsets behind each LDS interval", minimum=10)
+    retrain_batch: int = key(
+        8,
+        "retrainings from step 0 run together, vmapped over copies of the weights (1: one at a time; same values, "
+        "benchmarks/lds_batch.py measures the speed)",
+        minimum=1,
+    )
     sets: list[str] = key(
         From("replay.estimators"),
         "replayed estimators whose top-scored sets are retrained with shares zeroed (the paid set: always)",

@@ -86,7 +86,7 @@ def influence_job(
     `oracle_percents`, the leave-out replay's paid sets, chosen with `replay_seed`), each to its file."""
     from behaviortrace.influence.metagradient import StateStore, exact_influence
     from behaviortrace.influence.precision import full_precision
-    from behaviortrace.influence.retrain import central_difference, value_after
+    from behaviortrace.influence.retrain import central_difference
     from behaviortrace.replay.retrain import update_error, weight_difference
 
     inf, end = cfg.influence, end_step(cfg)
@@ -156,24 +156,9 @@ def influence_job(
                 )
         result.seconds["finite_difference"] = time.time() - started
 
-        started, values = time.time(), []
+        started = time.time()
         sets = retrained_sets(cfg, rollouts, end, arm, seed, oracle_percents, replay_seed)
-        for i, zeroed in enumerate(sets):
-            first = zeroed.index if zeroed.kind == "step" else 0  # a step's shares matter from that step on
-            values.append(value_after(traj, store.load(first), dict.fromkeys(zeroed.removed, 0.0), end, objective))
-            log.info(
-                "retrained %d/%d, %s %s %s #%d (%d shares zeroed): f(w_%d) = %.6f; %.1f s",
-                i + 1,
-                len(sets),
-                zeroed.kind,
-                zeroed.level,
-                f"{zeroed.percent}%",
-                zeroed.index,
-                len(zeroed.removed),
-                end,
-                values[-1],
-                time.time() - started,
-            )
+        values = retrain(traj, store, sets, end, objective, inf.retrain_batch)
         result.seconds["retrain"] = time.time() - started
 
     table = pl.DataFrame({"rollout_id": result.rollout_ids, "step": result.steps, "influence": result.influence})
@@ -201,6 +186,43 @@ def influence_job(
     atomic_write_text(json.dumps(summary, indent=1) + "\n", out_summary)
     log.info("%s%d: %d rollouts; seconds %s", arm, seed, table.height, result.seconds)
     return table
+
+
+def retrain(traj, store, sets: list[Zeroed], end: int, objective, batch: int) -> list[float]:
+    """f(w_end) with each set's shares zeroed. A step's shares matter from that step on, so leave-one-step-out
+    restarts at its step; every other set starts at step 0, `batch` of them together (batched.py)."""
+    from behaviortrace.influence.batched import values_after
+    from behaviortrace.influence.retrain import value_after
+
+    values: list[float | None] = [None] * len(sets)
+    started = time.time()
+    from_zero = [i for i, z in enumerate(sets) if z.kind != "step"]
+    chunks = [from_zero[i : i + batch] for i in range(0, len(from_zero), batch)]
+    chunks += [[i] for i, z in enumerate(sets) if z.kind == "step"]
+    for chunk in chunks:
+        first = sets[chunk[0]].index if sets[chunk[0]].kind == "step" else 0
+        weights = [dict.fromkeys(sets[i].removed, 0.0) for i in chunk]
+        if len(chunk) == 1:
+            found = [value_after(traj, store.load(first), weights[0], end, objective)]
+        else:
+            found = values_after(traj, store.load(first), weights, end, objective)
+        for i, value in zip(chunk, found, strict=True):
+            values[i] = value
+            z = sets[i]
+            log.info(
+                "retrained %d/%d, %s %s %s #%d (%d shares zeroed): f(w_%d) = %.6f; %.1f s",
+                sum(v is not None for v in values),
+                len(sets),
+                z.kind,
+                z.level,
+                f"{z.percent}%",
+                z.index,
+                len(z.removed),
+                end,
+                value,
+                time.time() - started,
+            )
+    return values
 
 
 def retrained_sets(
