@@ -85,6 +85,10 @@ def small_config() -> dict:
     cfg["model"]["tiny"]["pretrain_steps"] = 40
     cfg["probes"].update(n_probes=8, n_plain=8, samples_per_prompt=2)
     cfg["grpo"].update(steps=6, prompts_per_step=3, num_generations=4, save_every=2, warmup_steps=0)
+    # TRL's optimizer (the paper's; the default run's is the smooth regime): every step clipped, epsilon 1e-8, so
+    # that the replay and the influence's clipping adjoint are checked where training is not smooth.
+    cfg["grpo"].update(adam_epsilon=1e-8, max_grad_norm=1.0, lr_scheduler="constant")
+    cfg["influence"].update(measure_at="window_end", lds_percents=[50], leave_step_out=False)
     cfg["grpo"]["beta"] = 0.1  # the default run has no KL term; the tests check its gradients and replay too
     cfg["planting"]["window"] = [0, 2]
     cfg["planting"]["explore"] = 2  # below a step's eligible rollouts, so exploration tops up rather than forcing all
