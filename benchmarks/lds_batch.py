@@ -1,5 +1,5 @@
-"""What batching the LDS retrainings saves: f(w_T) for the same LDS subsets (50% of the rollouts before T zeroed),
-one retraining at a time (influence/retrain.py) against B at a time (influence/batched.py), on a finished run's
+"""What batching the LDS retrainings saves: f(w_T) for the same LDS subsets (`--percent` of the rollouts before T
+zeroed), one retraining at a time (influence/retrain.py) against B at a time (influence/batched.py), on a finished run's
 seed, in the same process, in alternating rounds; ratios are of medians, so that a slower stretch of a shared
 machine does not land on one side alone. One thread, the influence's dtype. The values must agree: the script
 prints the largest difference and exits non-zero above 1e-6 of their spread.
@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batches", type=int, nargs="+", default=[4, 8, 16])
+    parser.add_argument("--percent", type=int, default=50, help="subset size: percent of the rollouts before T")
     args = parser.parse_args()
     torch.set_num_threads(1)
     cfg = load(args.config)
@@ -56,7 +57,8 @@ def main() -> None:
     n = max(args.batches)
     before = rollouts.filter(pl.col("step") < end)
     weights = [
-        dict.fromkeys(s, 0.0) for s in lds_subsets(units(before, "rollout"), n, 50, 0, "planted", args.seed, "rollout")
+        dict.fromkeys(s, 0.0)
+        for s in lds_subsets(units(before, "rollout"), n, args.percent, 0, "planted", args.seed, "rollout")
     ]
 
     def plain():
@@ -77,7 +79,7 @@ def main() -> None:
     base = statistics.median(times["one at a time"])
     reference = np.array(values["one at a time"])
     print(
-        f"\n{run_dir}, seed {args.seed}: T = {end} steps, {before.height} rollouts before T, "
+        f"\n{run_dir}, seed {args.seed}: T = {end} steps, {before.height} rollouts before T, {args.percent}% zeroed, "
         f"P = {sum(p.numel() for p in traj.params)} parameters, {cfg.influence.dtype}; "
         f"medians of {args.rounds} rounds\n"
     )

@@ -150,7 +150,7 @@ def test_the_reference_page_is_generated_from_the_definitions():
         ("compute.dtype", "float16", "compute.dtype = 'float16'"),
         ("influence.measure_at", "middle", "influence.measure_at = 'middle'"),
         ("influence.measure_at", 0, "influence.measure_at = 0"),
-        ("influence.measure_at", 10_000, "influence.measure_at = 10000: past the last step (grpo.steps = 200)"),
+        ("influence.measure_at", 10_000, "influence.measure_at = 10000: past the last step (grpo.steps = 60)"),
         ("influence.dtype", "bfloat16", "influence.dtype = 'bfloat16'"),
         ("influence.lds_subsets", 2, "influence.lds_subsets = 2: a rank correlation over subsets needs at least 3"),
         ("influence.lds_percents", [100], "influence.lds_percents.0 = 100"),
@@ -407,7 +407,7 @@ def test_a_non_editable_install_validates_a_config(tmp_path):
         cwd=tmp_path,
         env={"PYTHONPATH": str(target), "PATH": ""},
     )
-    assert res.returncode == 0 and res.stdout.strip() == "default 200", res.stderr[-2000:]
+    assert res.returncode == 0 and res.stdout.strip() == "default 60", res.stderr[-2000:]
 
 
 def _job_count(out: str, rule: str) -> int:
@@ -419,8 +419,8 @@ def _job_count(out: str, rule: str) -> int:
     [
         ("seeds=[0]", "train_grpo", 2),  # a list of numbers: seed 0 and its placebo run
         ("seeds=[1, 2]", "train_grpo", 3),
-        # Nested keys: sketching from checkpoints in 8 shards of 25 steps per run (4 runs).
-        ('sketch={"mode": "checkpoint", "shard_steps": 25}', "sketch", 4 * 8),
+        # Nested keys: sketching from checkpoints in 3 shards of up to 25 steps per run of 60 steps (4 runs).
+        ('sketch={"mode": "checkpoint", "shard_steps": 25}', "sketch", 4 * 3),
         ("targets={'draws': 1}", "evaluate", 4),  # a nested key with YAML's single quotes
         ("placebo={'enabled': false}", "train_grpo", 3),  # a boolean
     ],
@@ -470,7 +470,7 @@ def test_plants_that_cannot_work_are_rejected_naming_the_key(path, value, expect
     validate(_with(path, "WXQZ"))  # an unused word is fine
 
 
-@pytest.mark.parametrize("measure_at, expected", [("window_end", 50), ("final", 200), (10, 10)])
+@pytest.mark.parametrize("measure_at, expected", [("window_end", 50), ("final", 60), (10, 10)])
 def test_influence_measure_at_names_a_checkpoint_or_a_step(measure_at, expected):
     """T for the exact influence: a named checkpoint of the schedule, or any step where f still moves."""
     from behaviortrace.influence.stage import end_step

@@ -429,9 +429,9 @@ class Influence:
     )
     bootstrap: int = key(1000, "resamples of the subsets behind each LDS interval", minimum=10)
     retrain_batch: int = key(
-        8,
-        "retrainings from step 0 run together, vmapped over copies of the weights (1: one at a time; same values, "
-        "benchmarks/lds_batch.py measures the speed)",
+        1,
+        "retrainings from step 0 run together, vmapped over copies of the weights (same values; on a CPU slower "
+        "than one at a time: run benchmarks/lds_batch.py before raising it)",
         minimum=1,
     )
     sets: list[str] = key(
