@@ -13,10 +13,11 @@ import polars as pl
 import pytest
 import torch
 
+from behaviortrace.influence.batched import values_after
 from behaviortrace.influence.metagradient import StateStore, exact_influence
 from behaviortrace.influence.objective import ForcedTarget
 from behaviortrace.influence.precision import full_precision
-from behaviortrace.influence.retrain import central_difference
+from behaviortrace.influence.retrain import central_difference, value_after
 from behaviortrace.influence.trajectory import Trajectory
 from behaviortrace.model import lora, models
 from behaviortrace.plant.markers import marker_token_ids
@@ -159,6 +160,13 @@ def test_exact_influence_over_the_adapter_matches_central_differences(lora_run, 
             fd, _ = central_difference(traj, store.load(step), int(result.rollout_ids[i]), 1e-6, STEPS, objective)
             print(f"step {step}: I_z {result.influence[i]:.6e}, central difference {fd:.6e}")
             assert result.influence[i] != 0 and within(abs(result.influence[i] - fd), 1e-3 * abs(fd)), (step, fd)
+        # The LDS's batched retraining (vmap over copies of the adapter) is the plain retraining set by set.
+        ids = lora_run["rollouts"]["rollout_id"].to_numpy()
+        weights = [dict.fromkeys(ids[i : i + 20].tolist(), 0.0) for i in (0, 20, 40)]
+        batched = values_after(traj, store.load(0), weights, STEPS, objective)
+        plain = [value_after(traj, store.load(0), w, STEPS, objective) for w in weights]
+        assert np.ptp(plain) > 1e-5, plain
+        np.testing.assert_allclose(batched, plain, rtol=0, atol=1e-9 * np.ptp(plain))
 
 
 def test_a_killed_lora_run_resumes_to_the_same_adapter(lora_run, base_model_dir, prompts, cpu, tmp_path):
