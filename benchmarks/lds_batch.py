@@ -1,8 +1,9 @@
 """What batching the LDS retrainings saves: f(w_T) for the same LDS subsets (`--percent` of the rollouts before T
 zeroed), one retraining at a time (influence/retrain.py) against B at a time (influence/batched.py), on a finished run's
 seed, in the same process, in alternating rounds; ratios are of medians, so that a slower stretch of a shared
-machine does not land on one side alone. One thread, the influence's dtype. The values must agree: the script
-prints the largest difference and exits non-zero above 1e-6 of their spread.
+machine does not land on one side alone. One thread, the influence's dtype. The values must agree to rounding:
+the script prints the largest difference and exits non-zero above 100 units in the last place of the largest |f|
+(the two sum each step's gradient in another order).
 
     python benchmarks/lds_batch.py                                 # results/default, seed 0, B = 4 8 16
     python benchmarks/lds_batch.py --run smooth --config config/smooth.yaml --batches 8 32
@@ -91,9 +92,9 @@ def main() -> None:
         worst = max(worst, diff)
         median = statistics.median(times[name])
         print(f"| {name} | {median / n:.2f} | {median / base:.2f} | {diff:.1e} |")
-    spread = float(np.ptp(reference))
-    print(f"\nspread of f over the subsets {spread:.3e}; largest difference {worst:.1e}")
-    if worst > 1e-6 * spread:
+    spread, limit = float(np.ptp(reference)), 100 * torch.finfo(traj.dtype).eps * float(np.abs(reference).max())
+    print(f"\nspread of f over the subsets {spread:.3e}; largest difference {worst:.1e} (limit {limit:.1e})")
+    if worst > limit:
         sys.exit("batched and plain retraining disagree")
 
 

@@ -487,7 +487,7 @@ def _lds_verdict_by_hand(table: pl.DataFrame, name: str, level: str, limit: floa
         return "n/a"
     verdicts = []
     for (s, p, e, d, metric), low in value.items():
-        if e != name or metric != "lds_low" or (s, p) not in open_cells:
+        if e != name or metric != "lds_low" or (s, p) not in open_cells or np.isnan(value[s, p, e, d, "lds"]):
             continue
         high = value[s, p, e, d, "lds_high"]
         margin = (
@@ -498,6 +498,8 @@ def _lds_verdict_by_hand(table: pl.DataFrame, name: str, level: str, limit: floa
         clears = low >= limit and (margin is None or margin[0] > 0)
         below = high < limit or (margin is not None and margin[1] < 0)
         verdicts.append("pass" if clears else "fail" if below else "inconclusive")
+    if not verdicts:  # no judged cell, or an undefined LDS (constant scores) in every one
+        return "n/a"
     return "fail" if "fail" in verdicts else "inconclusive" if "inconclusive" in verdicts else "pass"
 
 
@@ -548,6 +550,10 @@ def test_lds_values_and_verdicts_recomputed(finished_run, out, checklist):
         for item, level in (("lds_rollout", "rollout"), ("lds_group", "group")):
             expected = _lds_verdict_by_hand(table, name, level, limits["min_lds"], log_only, target)
             assert checklist["estimators"][name][item]["verdict"] == expected, (name, item)
+    # Every step before T paid in this run: step_paid's rollout scores are constant, its LDS undefined, not judged.
+    for item in ("lds_rollout", "lds_group"):
+        verdict = checklist["estimators"]["step_paid"][item]
+        assert verdict["verdict"] == "n/a" and "undefined" in verdict["detail"], verdict
 
 
 def test_positive_controls_pass_the_lds_items_and_negative_controls_fail(checklist):

@@ -519,6 +519,11 @@ def lds_item(influence: pl.DataFrame | None, est: str, level: str, log_only: lis
     )
     if not own.height:
         return Verdict(NA, f"no {level}-level LDS for this estimator")
+    # A score constant over the units (a step-level control where every step before T is alike) ranks no
+    # subset: its LDS is undefined, which says nothing either way.
+    own = own.filter(~pl.col("lds").is_nan())
+    if not own.height:
+        return Verdict(NA, f"the {level}-level LDS is undefined: the scores are constant over the units before T")
     judged_alone = est in log_only  # a log-only control is judged on the threshold alone
     passes, fails, verdicts, lines = [], [], [], []
     for r in own.iter_rows(named=True):
