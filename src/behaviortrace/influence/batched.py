@@ -7,8 +7,9 @@ its weight, the step normalized as a whole), the same clipping as `clip_grad_nor
 as torch's, the same learning rate at each step (read off the run's own schedule). A test holds it to the
 plain retraining (retrain.value_after) set by set.
 
-Why: on the built-in model a step's kernels are small, so one pass over B copies costs less than B passes;
-benchmarks/lds_batch.py measures by how much on the machine at hand.
+Why: a tiny model leaves a GPU's kernels mostly idle, and one pass over B copies may then cost less than B
+passes. On a CPU it costs more (a retraining one at a time skips the rollouts it zeroes, and attention has no
+vmap batching rule there); benchmarks/lds_batch.py measures it on the machine at hand.
 """
 
 from __future__ import annotations
