@@ -61,7 +61,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(VENV)/bin/pip install --quiet -e ".[test]"
+	$(VENV)/bin/pip install --quiet -e ".[test,peers]"
 	touch $@
 
 # docs/results.md: the default run's results page (written by the workflow's results_page rule).
