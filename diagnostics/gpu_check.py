@@ -8,7 +8,11 @@ is downloaded. Each dtype's workflow runs in a folder of its own, side by side o
 default config reduced (one seed, no placebo, a short schedule with a short SFT warm-up, fewer estimators and
 replays) and `compute.device` forced, so a machine without the device fails instead of falling back.
 
-Checked per dtype: the workflow finished; every captured step's self-check error is within that dtype's tolerance
+Beside the dtypes, the same workflow trains LoRA adapters (`model.lora`, rank 8 on the attention's q and v
+projections) in bfloat16 (`--no-lora` skips it): capture, the self-check, replay and the influence then cover the
+adapter's parameters only, under mixed precision.
+
+Checked per run: the workflow finished; every captured step's self-check error is within that dtype's tolerance
 (sketch/tolerance.py) and the checklist's sketch item passed; the prompts reached the model through its chat
 template. Recorded: the self-check errors, the wall time per rule (Snakemake's benchmark files), and on CUDA the
 training job's peak GPU memory (its log), the peak in use on the GPUs while both ran (nvidia-smi, every 200 ms),
@@ -21,6 +25,7 @@ and the capture scaling benchmark on the GPU in the time left.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -46,12 +51,16 @@ SUMMARY = "gpu_check_summary.json"
 FAMILY, HIDDEN, LAYERS = "qwen2_tied", 128, 4
 
 
-def reduced_config(model_dir: Path, device: str, dtype: str, steps: int) -> dict:
-    """The default config, reduced to a workflow of a few minutes, with the given model, device and dtype."""
+LORA = {"rank": 8, "alpha": 16.0, "target_modules": ["q_proj", "v_proj"]}
+
+
+def reduced_config(model_dir: Path, device: str, dtype: str, steps: int, lora: bool = False) -> dict:
+    """The default config, reduced to a workflow of a few minutes, with the given model, device and dtype (and
+    LoRA adapters instead of every weight, with `lora`)."""
     from behaviortrace.sketch.tolerance import tolerance_for
 
     cfg = defaults()
-    cfg.update(run=f"gpu_check_{dtype}", seeds=[0])
+    cfg.update(run=f"gpu_check_{run_name(dtype, lora)}", seeds=[0])
     cfg["compute"] = {"device": device, "dtype": dtype}
     cfg["model"]["name"] = str(model_dir)
     cfg["model"]["sft"].update(steps=4, batch_size=8)
@@ -67,7 +76,13 @@ def reduced_config(model_dir: Path, device: str, dtype: str, steps: int) -> dict
     cfg["influence"].update(sets=["gas"], lds_subsets=3)  # the exact influence too, with the smallest LDS
     cfg["placebo"]["enabled"] = False
     cfg["checklist"]["max_self_check_error"] = tolerance_for(dtype)
+    if lora:
+        cfg["model"]["lora"] = dict(LORA)
     return cfg
+
+
+def run_name(dtype: str, lora: bool) -> str:
+    return f"{dtype}_lora" if lora else dtype
 
 
 class GpuMemory:
@@ -143,6 +158,24 @@ def check_outputs(results: Path, dtype: str) -> tuple[dict, list[str]]:
     return found, failures
 
 
+def check_adapter(results: Path) -> tuple[int | None, list[str]]:
+    """The trainable parameters the run's sketches cover: LoRA's adapters alone, far fewer than the model's."""
+    from behaviortrace.common.device import resolve
+    from behaviortrace.config.sections import Compute
+    from behaviortrace.model import lora, models
+
+    # The workflow's paths (checkpoints, the base model an adapter names) are relative to its own folder.
+    with contextlib.chdir(results.parents[1]):
+        checkpoint = Path(json.loads((results / "planted0" / "checkpoints.json").read_text())["checkpoints"][0]["path"])
+        if not lora.is_adapter(checkpoint):
+            return None, ["the step-0 checkpoint holds no LoRA adapter"]
+        model = models.load(checkpoint, resolve(Compute(device="cpu", dtype="float32")))[0]
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    bad = [] if 0 < trainable < total / 10 else [f"{trainable} of {total} parameters trainable: not an adapter"]
+    return trainable, bad
+
+
 def _item(checklist: dict, name: str):
     """A run-level checklist item's verdict (the same under every estimator): True for a pass."""
     verdicts = {row[name]["verdict"] for row in checklist.get("estimators", {}).values() if name in row}
@@ -208,6 +241,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=("float32", "bfloat16"))
     parser.add_argument("--steps", type=int, default=8, help="GRPO steps of each reduced workflow (even)")
+    parser.add_argument("--no-lora", action="store_true", help="skip the bfloat16 workflow with LoRA adapters")
     parser.add_argument(
         "--budget",
         type=float,
@@ -225,27 +259,33 @@ def main() -> int:
         if args.device == "cuda" and not summary.get("cuda_available"):
             raise RuntimeError("no CUDA device visible to torch")
         model_dir = build_model(out / "model")
-        cores = max(2, (os.cpu_count() or 2) // len(args.dtypes))
-        with GpuMemory() as memory:  # the dtypes' workflows side by side: the peak is of both together
-            configs = {dtype: reduced_config(model_dir, args.device, dtype, args.steps) for dtype in args.dtypes}
-            workflows = {dtype: Workflow(out / dtype, cfg, cores) for dtype, cfg in configs.items()}
+        runs = [(dtype, False) for dtype in args.dtypes] + ([] if args.no_lora else [("bfloat16", True)])
+        cores = max(2, (os.cpu_count() or 2) // len(runs))
+        with GpuMemory() as memory:  # the workflows side by side: the peak is of all of them together
+            configs = {
+                run_name(d, lora): reduced_config(model_dir, args.device, d, args.steps, lora) for d, lora in runs
+            }
+            workflows = {name: Workflow(out / name, cfg, cores) for name, cfg in configs.items()}
             run_side_by_side(workflows, started + args.budget - 20)
-        for dtype, workflow in workflows.items():
+        for (dtype, lora), (name, workflow) in zip(runs, workflows.items(), strict=True):
             entry = {"workflow_exit": workflow.code, "workflow_s": round(workflow.took, 1)}
-            results = out / dtype / "results" / f"gpu_check_{dtype}"
+            results = out / name / "results" / f"gpu_check_{name}"
             if workflow.code:
                 why = "ran past the time limit" if workflow.code == 124 else f"failed (exit {workflow.code})"
-                failures.append(f"{dtype}: the workflow {why}; see {workflow.log_path}")
+                failures.append(f"{name}: the workflow {why}; see {workflow.log_path}")
                 entry["log_tail"] = workflow.log_path.read_text()[-1500:]
             else:
                 found, bad = check_outputs(results, dtype)
+                if lora:
+                    found["trainable_parameters"], bad_lora = check_adapter(results)
+                    bad += bad_lora
                 entry.update(found)
-                failures += bad
+                failures += [f"{name}: {b}" if lora else b for b in bad]
                 if args.device == "cuda":
                     entry["training_peak_gpu_mib"] = training_peak_mib(results)
             if (results / "benchmarks").exists():
                 entry["rule_wall_s"] = rule_times(results)
-            summary[dtype] = entry
+            summary[name] = entry
         summary["peak_gpu_memory_mib"] = memory.peak_mib if args.device == "cuda" else None
         left = args.budget - (time.time() - started)
         if args.device == "cuda" and left > 150:

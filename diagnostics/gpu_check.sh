@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with a CUDA GPU, a reduced workflow with a real-architecture model built here,
-# train-time capture on, in float32 and in bfloat16, within 8 minutes. Writes one summary file
-# (OUT/gpu_check_summary.json: self-check errors, per-rule times, peak GPU memory, failures) and exits non-zero
-# on any failure, a missing GPU or a run past the time limit included. What it runs is diagnostics/gpu_check.py.
+# train-time capture on, in float32, in bfloat16, and in bfloat16 with LoRA adapters, within 8 minutes. Writes one
+# summary file (OUT/gpu_check_summary.json: self-check errors, per-rule times, peak GPU memory, failures) and exits
+# non-zero on any failure, a missing GPU or a run past the time limit included. What it runs is diagnostics/gpu_check.py.
 #
 #   diagnostics/gpu_check.sh [OUT]          # default OUT: gpu_check_out (in the repository root)
 #   diagnostics/gpu_check.sh --cpu [OUT]    # the same on the CPU, bf16 only (a dry run where there is no GPU)

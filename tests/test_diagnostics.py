@@ -131,7 +131,8 @@ def test_the_gpu_check_fails_with_a_summary_where_no_gpu_is_visible(tmp_path):
 
 def test_the_gpu_check_runs_its_reduced_workflow_on_the_cpu_in_bf16(tmp_path):
     """`gpu_check.sh --cpu`: the same script and Python as on a GPU, the whole reduced workflow with a Qwen2 built
-    locally (chat template, tied embeddings), in bf16 with train-time capture, on the CPU."""
+    locally (chat template, tied embeddings), in bf16 with train-time capture, on the CPU; and the same with LoRA
+    adapters (rank 8 on q and v)."""
     from behaviortrace.sketch.tolerance import tolerance_for
 
     out = tmp_path / "out"
@@ -149,6 +150,12 @@ def test_the_gpu_check_runs_its_reduced_workflow_on_the_cpu_in_bf16(tmp_path):
     assert within(run["self_check_max"], tolerance_for("bfloat16"))
     assert run["sketch_covers_parameters"] is True and run["chat_prompts"] is True
     assert {"base_model", "train_grpo", "targets", "replay", "aggregate"} <= set(run["rule_wall_s"])
+    # The same workflow with LoRA adapters, in bf16: capture and the self-check over the adapter's parameters only.
+    lora = summary["bfloat16_lora"]
+    assert lora["workflow_exit"] == 0 and len(lora["self_check_errors"]) == 4
+    assert within(lora["self_check_max"], tolerance_for("bfloat16")) and lora["sketch_covers_parameters"] is True
+    assert 0 < lora["trainable_parameters"] < 20_000, lora["trainable_parameters"]
+    assert {"influence", "replay"} <= set(lora["rule_wall_s"])
 
 
 def test_smoothness_reports_the_lds_of_the_influence_the_run_computed(finished_run, tmp_path):
