@@ -194,8 +194,7 @@ def retrain(traj, store, sets: list[Zeroed], end: int, objective, batch: int) ->
     from behaviortrace.influence.batched import values_after
     from behaviortrace.influence.retrain import value_after
 
-    values: list[float | None] = [None] * len(sets)
-    started = time.time()
+    values, done, started = [0.0] * len(sets), 0, time.time()
     from_zero = [i for i, z in enumerate(sets) if z.kind != "step"]
     chunks = [from_zero[i : i + batch] for i in range(0, len(from_zero), batch)]
     chunks += [[i] for i, z in enumerate(sets) if z.kind == "step"]
@@ -207,11 +206,10 @@ def retrain(traj, store, sets: list[Zeroed], end: int, objective, batch: int) ->
         else:
             found = values_after(traj, store.load(first), weights, end, objective)
         for i, value in zip(chunk, found, strict=True):
-            values[i] = value
-            z = sets[i]
+            values[i], z, done = value, sets[i], done + 1
             log.info(
                 "retrained %d/%d, %s %s %s #%d (%d shares zeroed): f(w_%d) = %.6f; %.1f s",
-                sum(v is not None for v in values),
+                done,
                 len(sets),
                 z.kind,
                 z.level,
