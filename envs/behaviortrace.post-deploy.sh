@@ -3,3 +3,5 @@
 # behaviortrace package, so install it from this checkout (editable: code changes need no rebuild).
 set -euo pipefail
 pip install --no-deps -e "$(dirname "$0")/.."
+# kronfluence declares torchvision (CUDA wheels that break a CPU torch) and never imports it (pyproject.toml).
+pip install --no-deps kronfluence==1.0.1

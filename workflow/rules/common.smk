@@ -41,6 +41,16 @@ DRAWS = list(range(CFG.targets.draws))
 # The configured estimators by instance name (score/contract.py), and their (estimator, target) score sets.
 ESTIMATORS = _estimators.instances(CFG.estimators)
 SCORE_KEYS = _estimators.score_keys(CFG.estimators, CFG.evaluation.target_kinds)
+
+
+def _names(instances):
+    """A wildcard pattern that matches exactly these instance names (and nothing when there are none)."""
+    return "|".join(instances) or "(?!)"
+
+
+# Sketch-based estimators run in rule score, those that need the model (NEEDS_MODEL) in rule score_model.
+SKETCH_ESTIMATORS = _names([n for n, e in ESTIMATORS.items() if not e.needs_model])
+MODEL_ESTIMATORS = _names([n for n, e in ESTIMATORS.items() if e.needs_model])
 FIGURE_NAMES = [
     "behavior_rates",
     "lift",
@@ -115,6 +125,13 @@ def config_for(*sections):
 def estimator_config(wildcards):
     """A score job's config: only its own estimator's entry, so editing another estimator reruns nothing here."""
     return {"estimators": {wildcards.estimator: config["estimators"][wildcards.estimator]}}
+
+
+def model_estimator_config(wildcards):
+    """A score_model job's config: what rebuilds the rollouts' losses and the targets, and its own estimator's
+    entry."""
+    sections = config_for("grpo", "sketch", "planting", "model", "compute")(wildcards)
+    return {**sections, **estimator_config(wildcards)}
 
 
 def estimator_code(wildcards):

@@ -36,6 +36,8 @@ rule score:
         f"{LOGS}/score/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.log",
     benchmark:
         f"{BENCHMARKS}/score/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.tsv"
+    wildcard_constraints:
+        estimator=SKETCH_ESTIMATORS,
     priority: feeds_replay
     conda:
         CONDA_ENV
@@ -47,3 +49,34 @@ rule score:
         code=estimator_code,
     script:
         "../scripts/score.py"
+
+
+# An estimator that needs the model (score/model_run.py): the checkpoints, the rollout log and the probe targets,
+# no sketches.
+rule score_model:
+    input:
+        rollouts=ROLLOUTS,
+        checkpoints=CHECKPOINTS,
+        base_model=BASE_MODEL,
+        target=score_target_input,
+        probes=PROBE_PROMPTS,
+    output:
+        rollouts=SCORES,
+        steps=STEP_SCORES,
+    log:
+        f"{LOGS}/score/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.log",
+    benchmark:
+        f"{BENCHMARKS}/score/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.tsv"
+    wildcard_constraints:
+        estimator=MODEL_ESTIMATORS,
+    priority: feeds_replay
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        gpu=GPU,
+    params:
+        config=model_estimator_config,
+        code=estimator_code,
+    script:
+        "../scripts/score_model.py"

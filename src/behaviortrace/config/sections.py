@@ -541,6 +541,8 @@ DEFAULT_ESTIMATORS = {
     "step_reward_variance": {},
     "step_active_groups": {},
     "step_paid": {},
+    # kronfluence's EK-FAC influence, at the checkpoints (estimators/ekfac.py; the peers extra).
+    "ekfac": {"strategy": "ekfac"},
 }
 _NAME = "^[a-z][a-z0-9_]*$"
 

@@ -12,6 +12,7 @@ project module it depends on reruns exactly the jobs of the instances that run i
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import logging
 import os
@@ -46,12 +47,19 @@ class Estimator(Protocol):
 
     `view` is a read-only SeedView of one seed's sketches and rollout log (rows in view order);
     `target` a Target, or None when USES_TARGET is False; `params` the estimator's config entry.
+    An optional `check(**params) -> list[str]` names problems with the settings' values (run when the workflow
+    starts), and optional REQUIRES names the libraries it imports (their absence is a config error).
     An optional `step_score(view, target, **params)` gives a step-level variant, one score per step
     in ascending step order.
 
     An optional `prepare(view, **params) -> dict[str, np.ndarray]` computes, once per seed, what every
     score job of the seed would otherwise compute for itself (it must not depend on the target or the
     draw); `score` and `step_score` then get it as their `prepared` argument.
+
+    An estimator that needs the model (module attribute NEEDS_MODEL = True) gets a ModelRun
+    (score/model_run.py: the rollout log in rollout-id order, the checkpoints, each rollout's loss) in place of
+    `view`, and a ModelTarget (the target's items and its value as a function of the weights) in place of
+    `target`; it reads no sketches and has no `prepare`. Its score files are the same.
     """
 
     USES_TARGET: bool  # False for controls that use no target
@@ -82,6 +90,8 @@ def load(name: str) -> ModuleType:
     missing = [attr for attr in ("USES_TARGET", "STEP_AGGREGATE", "score") if not hasattr(module, attr)]
     if missing:
         raise TypeError(f"estimator module {module.__name__} lacks {', '.join(missing)} (see score/contract.py)")
+    if getattr(module, "NEEDS_MODEL", False) and hasattr(module, "prepare"):
+        raise TypeError(f"estimator module {module.__name__}: an estimator that needs the model has no prepare step")
     if module.STEP_AGGREGATE not in AGGREGATES:
         raise TypeError(f"estimator module {module.__name__}: STEP_AGGREGATE must be one of {AGGREGATES}")
     return module
@@ -124,6 +134,12 @@ class Instance:
         return bool(getattr(self.module, "PREDICTS_CHANGE", False))
 
     @property
+    def needs_model(self) -> bool:
+        """Whether it needs the model, the checkpoints and the probe targets rather than the sketches (module
+        attribute NEEDS_MODEL; rule score_model)."""
+        return bool(getattr(self.module, "NEEDS_MODEL", False))
+
+    @property
     def prepares(self) -> bool:
         """Whether the module has a per-seed `prepare` step."""
         return hasattr(self.module, "prepare")
@@ -151,6 +167,14 @@ def check_params(name: str, params: dict) -> list[str]:
         f"(accepted: {', '.join(sorted(accepted))})"
         for key in sorted(set(params) - accepted)
     ]
+    if hasattr(module, "check") and not problems:  # the module's own checks of its settings' values
+        problems += [f"config key estimators.{name}: {p}" for p in module.check(**instance.arguments)]
+    missing = [lib for lib in getattr(module, "REQUIRES", ()) if importlib.util.find_spec(lib) is None]
+    if missing:
+        problems.append(
+            f"config key estimators.{name}: {instance.module_name} needs {', '.join(missing)}, which is not "
+            "installed (the peers extra: pip install -e '.[peers]', see docs/estimators.md)"
+        )
     aggregate = params.get("step_aggregate", "sum")
     if aggregate not in AGGREGATES:
         problems.append(

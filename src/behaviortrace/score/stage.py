@@ -1,15 +1,17 @@
-"""Rules prepare and score: an estimator's per-seed preparation, and its scores for one seed, draw and
-target kind."""
+"""Rules prepare, score and score_model: an estimator's per-seed preparation, and its scores for one seed, draw
+and target kind."""
 
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from pathlib import Path
 
 from behaviortrace.common.io import atomic_write_parquet
 from behaviortrace.config.sections import Config
 from behaviortrace.score import contract
+from behaviortrace.score.model_run import ModelRun, ModelTarget
 from behaviortrace.score.view import SeedView, Target
 
 log = logging.getLogger(__name__)
@@ -52,5 +54,36 @@ def score_job(
     tgt = Target.load(target_store, target, draw) if target != "none" else None
     ready = contract.load_prepared(prepared) if prepared is not None else None
     roll, steps = contract.run(estimator, cfg.estimators[estimator], view, tgt, prepared=ready)
+    atomic_write_parquet(roll, out_rollouts)
+    atomic_write_parquet(steps, out_steps)
+
+
+def score_model_job(
+    cfg: Config,
+    *,
+    estimator: str,
+    target: str,
+    draw: int,
+    rollouts: Path,
+    checkpoints: Path,
+    base_model: Path,
+    target_store: Path | None,
+    probes: Path,
+    out_rollouts: Path,
+    out_steps: Path,
+) -> None:
+    """Run an estimator that needs the model (score/model_run.py) and write its rollout and step scores.
+
+    A library's own files go to a scratch folder beside the outputs, removed when the job ends."""
+    scratch = out_rollouts.parent / f".scratch-{out_rollouts.stem}"
+    if scratch.exists():
+        shutil.rmtree(scratch)  # what a killed job left
+    scratch.mkdir(parents=True)
+    try:
+        run = ModelRun(cfg, rollouts, checkpoints, base_model, scratch)
+        tgt = ModelTarget.load(cfg, target, draw, target_store, probes, run) if target != "none" else None
+        roll, steps = contract.run(estimator, cfg.estimators[estimator], run, tgt)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     atomic_write_parquet(roll, out_rollouts)
     atomic_write_parquet(steps, out_steps)

@@ -47,7 +47,8 @@ def target_sketches(
     denominator: dict[str, torch.Tensor] | None = None,
     device: dict | None = None,
 ) -> dict:
-    """Sketches and exact norms of the in-context and forced targets; an empty in-context set gives zeros.
+    """Sketches and exact norms of the in-context and forced targets, with their items; an empty in-context set
+    gives zeros.
 
     With `denominator` (AdamW's per-coordinate divisor at this checkpoint, train/optimizer_log.py), also
     the sketch of the target gradient divided by it (`adam_sketch`; zeros without one): Adam's diagonal
@@ -73,5 +74,11 @@ def target_sketches(
         adam = zeros
         if grads and denominator is not None:
             adam = smap.sketch_dense({n: g / denominator[n] for n, g in grads.items()})[0]
-        out[kind] = {"sketch": sketch.cpu().numpy(), "norm": sq**0.5, "n": len(its), "adam_sketch": adam.cpu().numpy()}
+        out[kind] = {
+            "sketch": sketch.cpu().numpy(),
+            "norm": sq**0.5,
+            "n": len(its),
+            "adam_sketch": adam.cpu().numpy(),
+            "items": its,
+        }
     return out

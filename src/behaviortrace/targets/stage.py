@@ -21,6 +21,7 @@ from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.targets.gradients import target_sketches
 from behaviortrace.targets.headroom import headroom_markdown, headroom_table
+from behaviortrace.targets.items import save_items
 from behaviortrace.train.checkpoints import read_manifest
 from behaviortrace.train.optimizer_log import denominator as denominator_of
 from behaviortrace.train.optimizer_log import load_preconditioner
@@ -39,7 +40,8 @@ def build_targets(
     out_store: Path,
     out_rates: Path,
 ) -> None:
-    """In-context and forced targets and behavior rates at every analysis checkpoint of one seed and draw;
+    """In-context and forced targets and behavior rates at every analysis checkpoint of one seed and draw, with the
+    in-context target's items (targets/items.py);
     where the manifest names AdamW's second moment of a checkpoint, also each target divided by Adam's
     denominator there (`{kind}_adam`, `has_adam`; estimators/adam_tracin.py)."""
     targets, sketch, sampling = cfg.targets, cfg.sketch, cfg.grpo.sampling
@@ -50,7 +52,7 @@ def build_targets(
     sampling_seed = targets.draw_seed(draw)
     n = targets.samples_per_prompt
     rows, arrays, smap = [], {f"{k}{s}": [] for k in KINDS for s in ("", "_norm", "_n", "_adam")}, None
-    adam_meta, has_adam = {}, []
+    adam_meta, has_adam, in_context = {}, [], {}
     for i, step in enumerate(steps):
         model, tokenizer = models.load(ckpts[step], device)
         if smap is None:
@@ -100,6 +102,7 @@ def build_targets(
             denominator,
             device,
         )
+        in_context[step] = found["in_context"]["items"]
         for kind in KINDS:
             arrays[kind].append(found[kind]["sketch"])
             arrays[f"{kind}_adam"].append(found[kind]["adam_sketch"])
@@ -123,6 +126,7 @@ def build_targets(
     for name, values in arrays.items():
         vector = name in KINDS or name.endswith("_adam")
         group.create_array(name, data=np.asarray(values, dtype="float32" if vector else None))
+    save_items(in_context, partial)
     group.attrs.update(
         {
             **smap.attrs(),

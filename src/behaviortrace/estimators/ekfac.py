@@ -1,0 +1,150 @@
+"""Influence functions with EK-FAC (or K-FAC, a diagonal or no preconditioner), by kronfluence: an estimator that
+needs the model (score/model_run.py), from the `peers` extra.
+
+At each checkpoint c, kronfluence fits its factors on the rollouts that c generated (each rollout's loss: its share
+of the step's GRPO loss with its logged advantage, so the Fisher is the empirical one of the objective training
+optimized) and scores each of them against the target's gradient at the analysis checkpoint at or before c:
+g_f^T (F_c + damping)^-1 g_z. An update along the preconditioned rollout gradient moves f by minus that times the
+learning rate, so the score is -lr x the value, in tracincp's units. kronfluence tracks the linear layers only
+(not the embedding, the norms, or an output layer tied to the embedding); rollouts with advantage 0 and no KL term
+have a zero loss gradient and score 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+
+import numpy as np
+import torch
+
+USES_TARGET = True
+NEEDS_MODEL = True
+STEP_AGGREGATE = "sum"
+REQUIRES = ("kronfluence",)
+STRATEGIES = ("ekfac", "kfac", "diagonal", "identity")
+
+log = logging.getLogger(__name__)
+
+
+def check(strategy: str = "ekfac", damping: float | None = None, batch_size: int = 64) -> list[str]:
+    """Problems with the settings, each naming its key (checked when the workflow starts)."""
+    problems = [] if strategy in STRATEGIES else [f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}"]
+    if damping is not None and not damping > 0:
+        problems.append(f"damping {damping!r} must be positive, or null for kronfluence's heuristic")
+    if not (isinstance(batch_size, int) and batch_size >= 1):
+        problems.append(f"batch_size {batch_size!r} must be a positive integer")
+    return problems
+
+
+def score(run, target, strategy: str = "ekfac", damping: float | None = None, batch_size: int = 64):
+    """`damping` None is kronfluence's heuristic: 0.1 x the mean eigenvalue of each layer's factors."""
+    if check(strategy, damping, batch_size):
+        raise ValueError("; ".join(check(strategy, damping, batch_size)))
+    checkpoint = run.rollouts["checkpoint_step"].to_numpy()
+    used = run.rollouts["advantage"].to_numpy() != 0 if not run.grpo.beta else np.ones(len(checkpoint), bool)
+    lr = run.rollouts["lr"].to_numpy()
+    out = np.zeros(len(checkpoint))
+    for c in np.unique(checkpoint):
+        rows = (checkpoint == c) & used
+        at = target.step_for(int(c))
+        if not rows.any() or not target.items[at]:
+            continue  # no rollout to score, or no target there (an in-context target no sample showed): 0
+        model, tokenizer = run.load(int(c))
+        values = influence(
+            run, target, model, tokenizer.pad_token_id, run.rows(rows), at, strategy, damping, batch_size
+        )
+        out[rows] = -lr[rows] * values
+        log.info("ekfac: checkpoint %d, %d rollouts scored against the target at %d", c, rows.sum(), at)
+    return out
+
+
+def influence(run, target, model, pad_id, rows, at, strategy, damping, batch_size) -> np.ndarray:
+    """[rows] g_f^T (F + damping)^-1 g_z at `model`'s weights, F fitted on `rows` themselves."""
+    from kronfluence.analyzer import Analyzer, prepare_model
+    from kronfluence.arguments import FactorArguments, ScoreArguments
+    from kronfluence.utils.dataset import DataLoaderKwargs
+
+    task = _task(run, target, model)
+    model = prepare_model(model, task)
+    queries = target.items[at]
+    with tempfile.TemporaryDirectory(dir=run.scratch) as folder:
+        level = logging.getLogger().level
+        analyzer = Analyzer(
+            "ekfac",
+            model,
+            task,
+            cpu=run.device["device"] == "cpu",
+            log_level=logging.WARNING,
+            disable_tqdm=True,
+            output_dir=folder,
+        )
+        logging.getLogger().setLevel(level)  # kronfluence sets the root logger's level to its own
+        analyzer.set_dataloader_kwargs(DataLoaderKwargs(collate_fn=_Collate(run, target, pad_id)))
+        analyzer.fit_all_factors(
+            "factors",
+            rows,
+            per_device_batch_size=batch_size,
+            factor_args=FactorArguments(strategy=strategy, use_empirical_fisher=True),
+            overwrite_output_dir=True,
+        )
+        analyzer.compute_pairwise_scores(
+            "scores",
+            "factors",
+            query_dataset=queries,
+            train_dataset=rows,
+            per_device_query_batch_size=target.chunk,
+            per_device_train_batch_size=batch_size,
+            score_args=ScoreArguments(damping_factor=damping),
+            overwrite_output_dir=True,
+        )
+        scores = analyzer.load_pairwise_scores("scores")["all_modules"]  # [items, rows]
+    # f is the mean over items of each item's marker log-prob: its influence is the mean of theirs.
+    return scores.double().mean(0).numpy()
+
+
+def tracked_modules(model) -> list[str]:
+    """The linear layers with trainable weights of their own: a weight tied to another module (an output layer
+    that shares the embedding) gets gradient from both uses, and kronfluence would see one."""
+    uses = {}
+    for _, p in model.named_parameters(remove_duplicate=False):
+        uses[id(p)] = uses.get(id(p), 0) + 1
+    return [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and module.weight.requires_grad and uses[id(module.weight)] == 1
+    ]
+
+
+def _task(run, target, model):
+    from kronfluence.task import Task
+
+    tracked = tracked_modules(model)
+
+    class RolloutTask(Task):
+        def compute_train_loss(self, batch, model, sample=False):
+            return run.losses(model, batch).sum()
+
+        def compute_measurement(self, batch, model):
+            return target.value_sum(model, batch)
+
+        def get_influence_tracked_modules(self):
+            return tracked
+
+        def get_attention_mask(self, batch):
+            return torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+
+    return RolloutTask()
+
+
+class _Collate:
+    """Batches for both of kronfluence's loaders: target items (tuples) as the targets job batched them, rollouts
+    (dicts) in their steps' layout."""
+
+    def __init__(self, run, target, pad_id):
+        self.run, self.target, self.pad_id = run, target, pad_id
+
+    def __call__(self, part):
+        if isinstance(part[0], tuple):
+            return self.target.batch(part, self.pad_id)
+        return self.run.batch(part)

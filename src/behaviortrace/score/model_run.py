@@ -1,0 +1,186 @@
+"""The inputs of an estimator that needs the model (score/contract.py, `NEEDS_MODEL`): one seed's rollout log,
+its training checkpoints, each rollout's loss, and the probe targets as functions of the weights.
+
+A rollout's loss is its share of TRL's GRPO loss at the step that generated it, with its logged advantage and the
+step's normalization (train/trl_surface.py), so every method attributes the objective training optimized. Only
+saved checkpoints exist, so a model estimator evaluates a rollout at the checkpoint at or before the step that
+generated it (`checkpoint_step`), as TracInCP does; the sketch-based estimators have each step's exact weights.
+
+A target is the function whose gradient the targets stage sketched (targets/gradients.py): the mean over items of
+the summed log-probs of the marker tokens, at the sampling temperature. The forced target's items are the probe
+prompts with the marker appended; the in-context target's are the draw's sampled completions that show the marker,
+saved by the targets job at each analysis checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import torch
+
+from behaviortrace.common import device as devices
+from behaviortrace.common.device import autocast
+from behaviortrace.config.sections import Config
+from behaviortrace.gradients.batch import pad_batch, token_logps
+from behaviortrace.gradients.logprob import forced_items
+from behaviortrace.model import models
+from behaviortrace.model.prompt_format import prompt_ids as formatted_ids
+from behaviortrace.plant.markers import marker_token_ids
+from behaviortrace.targets.items import load_items
+from behaviortrace.train.checkpoints import read_manifest
+from behaviortrace.train.trl_surface import rollout_losses
+
+LOG_COLUMNS = [
+    "rollout_id",
+    "step",
+    "group_id",
+    "advantage",
+    "lr",
+    "checkpoint_step",
+    "prompt_ids",
+    "completion_ids",
+]
+
+
+class ModelRun:
+    """One seed: the rollout log in rollout-id order, its checkpoints, and each rollout's loss at given weights."""
+
+    def __init__(self, cfg: Config, rollouts: Path, checkpoints: Path, base_model: Path, scratch: Path):
+        self.grpo = cfg.grpo
+        self.device = devices.resolve(cfg.compute)
+        self.checkpoints = read_manifest(checkpoints)[0]
+        self.base_model = Path(base_model)
+        self.scratch = Path(scratch)  # a folder the job deletes afterwards, for a library's own files
+        log = pl.read_parquet(rollouts, columns=LOG_COLUMNS).sort("rollout_id")
+        widths = log.group_by("step").agg(
+            pl.col("prompt_ids").list.len().max().alias("prompt_width"),
+            pl.col("completion_ids").list.len().sum().alias("num_items"),
+            pl.len().alias("n_rows"),
+        )
+        self.rollouts = log.join(widths, on="step", how="left", maintain_order="left")
+        self._ref = None
+        self._pad_id = None
+
+    def load(self, step: int):
+        """The model (train mode off) and tokenizer at checkpoint `step`."""
+        model, tokenizer = models.load(self.checkpoints[step], self.device)
+        self._pad_id = tokenizer.pad_token_id
+        return model.eval(), tokenizer
+
+    def rows(self, mask: np.ndarray | None = None) -> list[dict]:
+        """Rollouts as dicts (for a library's dataset), optionally only those where `mask` holds."""
+        log = self.rollouts if mask is None else self.rollouts.filter(pl.Series(mask))
+        return log.to_dicts()
+
+    def batch(self, rows: list[dict]) -> dict:
+        """Model inputs of any rollouts: each keeps the token positions it had in its step's padded batch (TRL's
+        layout: prompts left-padded to the step's widest), so its loss is the one training computed."""
+        pad = self._pad_id if self._pad_id is not None else 0
+        batch = pad_batch([r["prompt_ids"] for r in rows], [r["completion_ids"] for r in rows], pad)
+        width = batch["prompt_ids"].shape[1]
+        total = width + batch["completion_ids"].shape[1]
+        shift = torch.tensor([width - r["prompt_width"] for r in rows]).unsqueeze(1)
+        batch["position_ids"] = (torch.arange(total).unsqueeze(0) - shift).clamp(min=0)
+        batch["advantages"] = torch.tensor([r["advantage"] for r in rows], dtype=torch.float32)
+        batch["step"] = torch.tensor([r["step"] for r in rows])
+        batch["num_items"] = torch.tensor([r["num_items"] for r in rows])
+        batch["n_rows"] = torch.tensor([r["n_rows"] for r in rows])
+        return batch
+
+    def losses(self, model, batch: dict) -> torch.Tensor:
+        """[rows] each rollout's share of its step's GRPO loss at the model's weights (logged advantage)."""
+        device = next(model.parameters()).device
+        batch = {k: v.to(device) for k, v in batch.items()}
+        logps = logprobs(model, batch, self.grpo.temperature, self.device, batch["position_ids"])
+        batch["advantages"] = batch["advantages"].to(logps.dtype)
+        ref = self._ref_logps(batch, device) if self.grpo.beta else None
+        out = torch.empty(len(logps), dtype=logps.dtype, device=device)
+        for step in batch["step"].unique().tolist():
+            rows = batch["step"] == step
+            part = {k: v[rows] for k, v in batch.items()}
+            out[rows] = rollout_losses(
+                logps[rows],
+                part,
+                self.grpo.loss_type,
+                self.grpo.beta,
+                self.grpo.max_new_tokens,
+                None if ref is None else ref[rows],
+                num_items=int(part["num_items"][0]),
+                n_rows=int(part["n_rows"][0]),
+            )
+        return out
+
+    def _ref_logps(self, batch: dict, device) -> torch.Tensor:
+        if self._ref is None:
+            self._ref = models.load(self.base_model, self.device)[0].eval()
+        with torch.no_grad():
+            return logprobs(self._ref, batch, self.grpo.temperature, self.device, batch["position_ids"])
+
+
+def logprobs(model, batch: dict, temperature: float, device: dict, position_ids=None) -> torch.Tensor:
+    """[rows, completion width] log-probs of the completion tokens (float32), in the run's precision."""
+    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    width = batch["completion_ids"].shape[1]
+    with autocast(device):
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+    logits = out.logits[:, -width - 1 : -1]
+    logits = logits if logits.dtype == torch.float64 else logits.float()
+    return token_logps(logits, batch["completion_ids"], temperature)
+
+
+@dataclass(frozen=True)
+class ModelTarget:
+    """One kind of target of one draw: its items at each analysis checkpoint, and f as a function of the model."""
+
+    kind: str
+    draw: int
+    checkpoint_steps: np.ndarray
+    items: dict[int, list]  # analysis checkpoint -> [(prompt ids, completion ids, positions)]
+    temperature: float
+    chunk: int
+    device: dict
+
+    @classmethod
+    def load(cls, cfg: Config, kind: str, draw: int, store: Path, probes: Path, run: ModelRun) -> ModelTarget:
+        import zarr
+
+        group = zarr.open_group(store, mode="r")
+        if not group.attrs.get("complete"):
+            raise RuntimeError(f"target store {store} is not complete; rerun its targets job")
+        steps = group["checkpoint_step"][:]
+        if kind == "forced":
+            tokenizer = models.load_tokenizer(run.checkpoints[int(steps[0])])
+            prompts = formatted_ids(tokenizer, pl.read_parquet(probes)["prompt"].to_list())
+            forced = forced_items(prompts, marker_token_ids(tokenizer, cfg.planting.marker))
+            items = {int(s): forced for s in steps}
+        else:
+            items = load_items(store, [int(s) for s in steps])
+        return cls(kind, draw, steps, items, cfg.grpo.temperature, cfg.sketch.chunk_rollouts, run.device)
+
+    def step_for(self, checkpoint_step: int) -> int:
+        """The analysis checkpoint at or before `checkpoint_step` (the one the sketch estimators use too)."""
+        earlier = self.checkpoint_steps[self.checkpoint_steps <= checkpoint_step]
+        if not len(earlier):
+            raise ValueError(f"no analysis checkpoint at or before step {checkpoint_step}")
+        return int(earlier[-1])
+
+    def batch(self, items: list, pad_id: int) -> dict:
+        """Model inputs of some items, padded to their widest as the targets job padded each chunk of `chunk`
+        items, with a 0/1 mask of the marker positions."""
+        batch = pad_batch([p for p, _, _ in items], [c for _, c, _ in items], pad_id)
+        mask = torch.zeros_like(batch["completion_ids"], dtype=torch.float32)
+        for i, (_, _, positions) in enumerate(items):
+            mask[i, positions] = 1.0
+        batch["positions"] = mask
+        return batch
+
+    def value_sum(self, model, batch: dict) -> torch.Tensor:
+        """Summed marker log-probs of a chunk (divide by the number of items for f)."""
+        device = next(model.parameters()).device
+        batch = {k: v.to(device) for k, v in batch.items()}
+        logps = logprobs(model, batch, self.temperature, self.device)
+        return (logps * batch["positions"]).sum()

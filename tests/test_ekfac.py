@@ -1,0 +1,201 @@
+"""The estimators that need the model (score/model_run.py) and kronfluence's EK-FAC through them, on the outputs of
+a real workflow run (its rollouts, checkpoints and target stores).
+
+Each check has an independent reference computed here by autograd: the rollouts' losses against TRL's per-rollout
+loss in the step's own padded batch; the targets against the log-prob function the targets job differentiates;
+kronfluence's identity and diagonal strategies against the dense inner product and the dense damped diagonal
+Fisher; and EK-FAC against the exact damped empirical Fisher of each layer, inverted densely.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from behaviortrace.estimators import ekfac
+from behaviortrace.gradients.batch import completion_logps, step_batch
+from behaviortrace.gradients.logprob import mean_logprob
+from behaviortrace.model import models
+from behaviortrace.score.model_run import ModelRun, ModelTarget
+from behaviortrace.train.trl_surface import rollout_losses
+from conftest import typed
+
+
+@pytest.fixture(scope="module")
+def model_inputs(finished_run, tmp_path_factory):
+    """The first planted seed of the workflow run, from its folder (the manifest's paths are relative to it)."""
+    workdir, raw = finished_run
+    here = os.getcwd()
+    os.chdir(workdir)
+    yield inputs(workdir, raw, tmp_path_factory.mktemp("scratch"))
+    os.chdir(here)
+
+
+def inputs(workdir, raw, scratch):
+    out = workdir / "results" / raw["run"]
+    cfg = typed(raw)
+    seed = out / "planted0"
+    run = ModelRun(cfg, seed / "rollouts.parquet", seed / "checkpoints.json", out / "base_model", scratch)
+    targets = {
+        kind: ModelTarget.load(
+            cfg, kind, 0, seed / "targets" / "draw0.zarr", out / "data" / "probe_prompts.parquet", run
+        )
+        for kind in ("forced", "in_context")
+    }
+    return cfg, run, targets, seed
+
+
+def _flat(loss, params) -> torch.Tensor:
+    return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params, retain_graph=True)]).double()
+
+
+def _dense_gradients(run, model, rows: list[dict], params) -> torch.Tensor:
+    """[rows, P] each rollout's loss gradient by the ModelRun, one rollout per batch."""
+    return torch.stack([_flat(run.losses(model, run.batch([row])).sum(), params) for row in rows])
+
+
+def _layer_params(model, names: list[str]) -> list:
+    return [p for n in names for p in model.get_submodule(n).parameters()]
+
+
+@pytest.mark.numerics
+def test_a_rollouts_loss_is_its_share_of_trls_loss_in_its_own_step(model_inputs):
+    """Rollouts of two steps in one batch, each kept at its step's token positions, have the gradients their
+    losses have in their own step's padded batch, with the KL term against the base model (TRL's loss split per
+    rollout, train/trl_surface.py)."""
+    cfg, run, _, _ = model_inputs
+    g = cfg.grpo
+    assert g.beta > 0  # the small config's KL term is part of what is checked
+    model, tokenizer = run.load(0)
+    base = models.load(run.base_model, run.device)[0].eval()
+    params = [p for p in model.parameters() if p.requires_grad]
+    log = run.rollouts.filter(pl.col("checkpoint_step") == 0)
+    steps = sorted(log["step"].unique())[:2]
+    assert len(steps) == 2
+    picked, reference = [], []
+    for s in steps:
+        step_rows = log.filter(pl.col("step") == s)
+        batch = step_batch(step_rows, tokenizer.pad_token_id)
+        batch["advantages"] = batch["advantages"].float()
+        with torch.no_grad():
+            ref = completion_logps(base, batch, g.temperature)
+        losses = rollout_losses(
+            completion_logps(model, batch, g.temperature),
+            batch,
+            g.loss_type,
+            g.beta,
+            g.max_new_tokens,
+            ref,
+            num_items=int(batch["completion_mask"].sum()),
+            n_rows=step_rows.height,
+        )
+        rows = [i for i in range(step_rows.height) if step_rows["advantage"][i] != 0][:3]
+        picked += [step_rows.to_dicts()[i] for i in rows]
+        reference += [_flat(losses[i], params) for i in rows]
+    mixed = _dense_gradients(run, model, picked, params)
+    reference = torch.stack(reference)
+    assert reference.abs().max() > 1e-4
+    np.testing.assert_allclose(mixed.numpy(), reference.numpy(), rtol=1e-4, atol=1e-6 * float(reference.abs().max()))
+
+
+@pytest.mark.numerics
+def test_targets_are_the_functions_the_targets_job_differentiates(model_inputs):
+    """f of each kind is the mean marker log-prob the targets job took the gradient of: the same items (the
+    in-context ones as many as the store counted) and the same value."""
+    cfg, run, targets, seed = model_inputs
+    import zarr
+
+    store = zarr.open_group(seed / "targets" / "draw0.zarr", mode="r")
+    for kind, target in targets.items():
+        counts = store[f"{kind}_n"][:]
+        assert [len(target.items[int(s)]) for s in target.checkpoint_steps] == counts.tolist()
+    assert sum(len(v) for v in targets["in_context"].items.values()) > 0
+    at = int(targets["forced"].checkpoint_steps[-1])
+    model, tokenizer = run.load(at)
+    for target in targets.values():
+        items = target.items[at]
+        if not items:
+            continue
+        with torch.no_grad():
+            ours = sum(
+                float(target.value_sum(model, target.batch(items[i : i + target.chunk], tokenizer.pad_token_id)))
+                for i in range(0, len(items), target.chunk)
+            ) / len(items)
+        theirs = mean_logprob(model, tokenizer, items, cfg.grpo.temperature, target.chunk)
+        assert ours == pytest.approx(theirs, rel=1e-6)
+
+
+def _checkpoint_problem(run, target, c: int):
+    """At checkpoint c: which rollouts kronfluence fits and scores, their dense gradients over the tracked layers,
+    the target's, and each layer's number of parameters."""
+    model, tokenizer = run.load(c)
+    names = ekfac.tracked_modules(model)
+    params = _layer_params(model, names)
+    mask = run.rollouts["checkpoint_step"].to_numpy() == c  # with a KL term every rollout has a gradient
+    assert run.grpo.beta > 0
+    rows = run.rows(mask)
+    at = target.step_for(c)
+    items = target.items[at]
+    total = sum(
+        target.value_sum(model, target.batch(items[i : i + target.chunk], tokenizer.pad_token_id))
+        for i in range(0, len(items), target.chunk)
+    )
+    query = _flat(total / len(items), params)
+    sizes = [sum(p.numel() for p in model.get_submodule(n).parameters()) for n in names]
+    return mask, _dense_gradients(run, model, rows, params), query, sizes
+
+
+@pytest.mark.numerics
+def test_kronfluence_identity_and_diagonal_are_the_dense_influence(model_inputs):
+    """Through kronfluence, strategy identity is -lr <g_f, g_z> and strategy diagonal is
+    -lr <g_f, (diag F + damping)^-1 g_z>, F the rollouts' empirical Fisher, both computed densely here."""
+    cfg, run, targets, _ = model_inputs
+    target, c = targets["forced"], 0
+    mask, grads, query, _ = _checkpoint_problem(run, target, c)
+    lr = run.rollouts["lr"].to_numpy()[mask]
+    fisher = (grads**2).mean(0)
+    damping = 0.1 * float(fisher.mean())
+    expected = {
+        "identity": -lr * (grads @ query).numpy(),
+        "diagonal": -lr * (grads @ (query / (fisher + damping))).numpy(),
+    }
+    for strategy, dense in expected.items():
+        scores = ekfac.score(run, target, strategy=strategy, damping=damping)
+        scale = np.abs(dense).max()
+        assert scale > 0
+        # kronfluence works in float32: allow its rounding of each product.
+        np.testing.assert_allclose(scores[mask], dense, rtol=1e-3, atol=1e-4 * scale)
+    # The preconditioner matters here: the two differ by more than that tolerance.
+    unit = {k: v / np.abs(v).max() for k, v in expected.items()}
+    assert np.abs(unit["identity"] - unit["diagonal"]).max() > 1e-2
+
+
+@pytest.mark.numerics
+def test_ekfac_approximates_the_exact_layerwise_fisher_inverse(model_inputs):
+    """EK-FAC approximates each layer's damped empirical Fisher, (F_l + damping)^-1, inverted here exactly
+    (Woodbury over the rollouts' gradients): its scores correlate with the exact ones more closely than the
+    unpreconditioned inner product's do."""
+    cfg, run, targets, _ = model_inputs
+    target, c = targets["forced"], 0
+    mask, grads, query, sizes = _checkpoint_problem(run, target, c)
+    n = len(grads)
+    damping = 0.1 * float((grads**2).mean())
+    exact, start = np.zeros(n), 0
+    for size in sizes:  # kronfluence's blocks: one per layer, its weight and bias together
+        g = grads[:, start : start + size]
+        q = query[start : start + size]
+        inner = g @ g.T
+        solved = torch.linalg.solve(n * damping * torch.eye(n, dtype=g.dtype) + inner, g @ q)
+        exact += ((g @ q - inner @ solved) / damping).numpy()
+        start += size
+    assert start == grads.shape[1]
+    exact *= -run.rollouts["lr"].to_numpy()[mask]
+    found = {s: ekfac.score(run, target, strategy=s, damping=damping)[mask] for s in ("ekfac", "identity")}
+    r = {s: np.corrcoef(v, exact)[0, 1] for s, v in found.items()}
+    # Measured on this run: 0.55 against 0.47 (24 rollouts: each layer's Fisher has rank 24, which the Kronecker
+    # factors approximate coarsely).
+    assert r["ekfac"] > r["identity"], r
