@@ -16,7 +16,6 @@ import logging
 import tempfile
 
 import numpy as np
-import torch
 
 USES_TARGET = True
 NEEDS_MODEL = True
@@ -106,6 +105,8 @@ def influence(run, target, model, pad_id, rows, at, strategy, damping, batch_siz
 def tracked_modules(model) -> list[str]:
     """The linear layers with trainable weights of their own: a weight tied to another module (an output layer
     that shares the embedding) gets gradient from both uses, and kronfluence would see one."""
+    import torch
+
     uses = {}
     for _, p in model.named_parameters(remove_duplicate=False):
         uses[id(p)] = uses.get(id(p), 0) + 1
@@ -117,6 +118,7 @@ def tracked_modules(model) -> list[str]:
 
 
 def _task(run, target, model):
+    import torch
     from kronfluence.task import Task
 
     tracked = tracked_modules(model)

@@ -31,7 +31,7 @@ from behaviortrace.model.prompt_format import prompt_ids as formatted_ids
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.targets.items import load_items
 from behaviortrace.train.checkpoints import read_manifest
-from behaviortrace.train.trl_surface import rollout_losses
+from behaviortrace.train.trl_surface import rollout_losses, token_weights
 
 LOG_COLUMNS = [
     "rollout_id",
@@ -113,9 +113,27 @@ class ModelRun:
             )
         return out
 
+    def token_weights(self, batch: dict) -> torch.Tensor:
+        """[rows, completion width] the coefficient TRL puts on each token's loss term, each row normalized as its
+        own step (for a library that builds the loss itself)."""
+        mask = batch["completion_mask"]
+        out = torch.empty(mask.shape, dtype=torch.float32)
+        for step in batch["step"].unique().tolist():
+            rows = batch["step"] == step
+            n_rows, num_items = int(batch["n_rows"][rows][0]), int(batch["num_items"][rows][0])
+            out[rows] = token_weights(
+                self.grpo.loss_type, mask[rows], n_rows, max(num_items, 1), self.grpo.max_new_tokens
+            )
+        return out
+
+    def reference_logps(self, batch: dict) -> torch.Tensor:
+        """The base model's completion log-probs, which the KL term compares against."""
+        return self._ref_logps(batch, torch.device(self.device["device"])).cpu()
+
     def _ref_logps(self, batch: dict, device) -> torch.Tensor:
         if self._ref is None:
             self._ref = models.load(self.base_model, self.device)[0].eval()
+        batch = {k: v.to(device) for k, v in batch.items()}
         with torch.no_grad():
             return logprobs(self._ref, batch, self.grpo.temperature, self.device, batch["position_ids"])
 

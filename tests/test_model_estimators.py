@@ -1,14 +1,16 @@
-"""The estimators that need the model (score/model_run.py) and kronfluence's EK-FAC through them, on the outputs of
-a real workflow run (its rollouts, checkpoints and target stores).
+"""The estimators that need the model (score/model_run.py), kronfluence's EK-FAC and dattri's TRAK through them, on
+the outputs of a real workflow run (its rollouts, checkpoints and target stores).
 
 Each check has an independent reference computed here by autograd: the rollouts' losses against TRL's per-rollout
 loss in the step's own padded batch; the targets against the log-prob function the targets job differentiates;
 kronfluence's identity and diagonal strategies against the dense inner product and the dense damped diagonal
-Fisher; and EK-FAC against the exact damped empirical Fisher of each layer, inverted densely.
+Fisher; EK-FAC against the exact damped empirical Fisher of each layer, inverted densely; and dattri's TRAK, with
+an identity projection, against the damped inverse of the rollouts' gradient Gram matrix.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import numpy as np
@@ -16,7 +18,7 @@ import polars as pl
 import pytest
 import torch
 
-from behaviortrace.estimators import ekfac
+from behaviortrace.estimators import dattri_trak, ekfac
 from behaviortrace.gradients.batch import completion_logps, step_batch
 from behaviortrace.gradients.logprob import mean_logprob
 from behaviortrace.model import models
@@ -199,3 +201,57 @@ def test_ekfac_approximates_the_exact_layerwise_fisher_inverse(model_inputs):
     # Measured on this run: 0.55 against 0.47 (24 rollouts: each layer's Fisher has rank 24, which the Kronecker
     # factors approximate coarsely).
     assert r["ekfac"] > r["identity"], r
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("kind", ["forced", "in_context"])
+def test_dattri_trak_is_the_damped_kernel_on_the_rollouts_gradients(model_inputs, kind):
+    """With an identity projection, dattri's TRAK on the output layer is -<g_f, (G^T G + lam I)^-1 g_z>, G the
+    rollouts' gradients at the checkpoint (dense, by Woodbury). dattri divides every gradient by the square root of
+    the model's trainable parameter count P, so lam is given to it as lam / P."""
+    cfg, run, targets, _ = model_inputs
+    target = targets[kind]
+    generating = sorted(set(run.rollouts["checkpoint_step"].to_list()))
+    c = [s for s in generating if target.items[target.step_for(s)]][-1]  # the latest with a target
+    model, tokenizer = run.load(c)
+    at = target.step_for(c)
+    mask = run.rollouts["checkpoint_step"].to_numpy() == c
+    assert run.grpo.beta > 0 and mask.sum() >= 12
+    rows = run.rows(mask)
+    layer = [model.lm_head.weight]
+    grads = _dense_gradients(run, model, rows, layer)
+    items = target.items[at]
+    total = sum(
+        target.value_sum(model, target.batch(items[i : i + target.chunk], tokenizer.pad_token_id))
+        for i in range(0, len(items), target.chunk)
+    )
+    query = _flat(total / len(items), layer)
+    lam = 0.1 * float((grads**2).sum(0).mean())
+    inner = grads @ grads.T
+    eye = torch.eye(len(grads), dtype=grads.dtype)
+    dense = -((grads @ query - inner @ torch.linalg.solve(lam * eye + inner, grads @ query)) / lam).numpy()
+    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    identity = {"proj_type": "identity", "proj_dim": n_params, "proj_seed": 0, "proj_max_batch_size": 8}
+    values = dattri_trak.trak_values(
+        run, target, model, tokenizer.pad_token_id, rows, at, identity, lam / n_params, ["lm_head.weight"]
+    )
+    scale = np.abs(dense).max()
+    assert scale > 0
+    # float32 throughout dattri: measured 1.4e-5 of the largest score here.
+    np.testing.assert_allclose(-values, dense, rtol=0, atol=1e-4 * scale)
+    plain = -(grads @ query).numpy()  # the damping matters: without it the scores differ beyond that tolerance
+    assert np.abs(plain / np.abs(plain).max() - dense / scale).max() > 1e-2
+
+
+def test_bad_settings_and_a_missing_library_are_config_errors_naming_the_key(monkeypatch):
+    from behaviortrace.score.contract import check_params
+
+    assert check_params("ekfac", {"strategy": "ekfac"}) == []
+    (problem,) = check_params("ekfac", {"strategy": "kfc"})
+    assert "estimators.ekfac" in problem and "'kfc'" in problem and "identity" in problem
+    (problem,) = check_params("peer", {"module": "dattri_trak", "proj_dim": 0})
+    assert "estimators.peer" in problem and "proj_dim 0" in problem
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "kronfluence" else real(name))
+    (problem,) = check_params("ekfac", {})
+    assert "estimators.ekfac" in problem and "kronfluence" in problem and ".[peers]" in problem
