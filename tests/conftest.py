@@ -100,9 +100,9 @@ def small_config() -> dict:
     # Exact influence in float64, so that the job's own finite-difference check is exact; an estimator's set too.
     # A step-0 share of this run stays linear only below a delta of about 1e-6 (docs/influence.md): 1e-7.
     cfg["influence"].update(dtype="float64", fd_rollouts=2, fd_delta=1e-7, sets=["gas"])
-    # dattri's TRAK (config/peers.yaml), projected below a checkpoint's 24 rollouts so that its kernel is not
-    # singular without a ridge.
-    cfg["estimators"]["dattri_trak"] = {"proj_dim": 16}
+    # dattri's TRAK (config/peers.yaml), projected below the 12 rollouts of the fewest a checkpoint generates, so
+    # that its kernel is not singular without a ridge.
+    cfg["estimators"]["dattri_trak"] = {"proj_dim": 8}
     return cfg
 
 

@@ -255,3 +255,22 @@ def test_bad_settings_and_a_missing_library_are_config_errors_naming_the_key(mon
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "kronfluence" else real(name))
     (problem,) = check_params("ekfac", {})
     assert "estimators.ekfac" in problem and "kronfluence" in problem and ".[peers]" in problem
+
+
+def test_model_estimators_run_in_the_workflow_and_are_judged_and_costed_like_the_others(finished_run):
+    """Rule score_model ran both peers for every seed, draw and target, as rule score ran tracincp; their rows are in
+    the metrics, the checklist, and the results page's cost per instance."""
+    from behaviortrace.report.cost import per_estimator, read_benchmarks
+
+    workdir, raw = finished_run
+    out = workdir / "results" / raw["run"]
+    costs = {r["estimator"]: r for r in per_estimator(read_benchmarks(out / "benchmarks")).iter_rows(named=True)}
+    for name in ("ekfac", "dattri_trak"):
+        assert costs[name]["rules"] == "score_model" and costs[name]["jobs"] == costs["tracincp"]["jobs"]
+        assert f"| {name} | score_model | {costs[name]['jobs']} |" in (out / "results.md").read_text()
+    metrics = pl.read_parquet(out / "tables" / "metrics.parquet")
+    assert {"ekfac", "dattri_trak"} <= set(metrics["estimator"].unique())
+    import json
+
+    verdicts = json.loads((out / "checklist.json").read_text())["estimators"]
+    assert {"ekfac", "dattri_trak"} <= set(verdicts)

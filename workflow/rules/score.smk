@@ -66,7 +66,7 @@ rule score_model:
     log:
         f"{LOGS}/score/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.log",
     benchmark:
-        f"{BENCHMARKS}/score/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.tsv"
+        f"{BENCHMARKS}/score_model/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.tsv"
     wildcard_constraints:
         estimator=MODEL_ESTIMATORS,
     priority: feeds_replay

@@ -7,9 +7,16 @@ core; the share column says where the work goes.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import polars as pl
+
+# The rules of an estimator instance's jobs, whose benchmark files are named {arm}{seed}_{estimator}[_draw{d}_{target}].
+ESTIMATOR_RULES = ("prepare", "score", "score_model")
+_JOB = re.compile(
+    r"^(?:planted|placebo)\d+_(?P<estimator>[a-z][a-z0-9_]*?)(?:_draw\d+_(?:in_context|forced|none))?\.tsv$"
+)
 
 
 def read_benchmarks(folder: Path) -> pl.DataFrame:
@@ -47,6 +54,45 @@ def per_rule(jobs: pl.DataFrame) -> pl.DataFrame:
         .with_columns(share=pl.col("wall_s") / total)
         .sort("wall_s", descending=True)
     )
+
+
+def per_estimator(jobs: pl.DataFrame) -> pl.DataFrame:
+    """The estimator instances' own jobs (preparation and scoring), summed per instance: what rerunning one costs."""
+    rows = []
+    for r in jobs.filter(pl.col("rule").is_in(ESTIMATOR_RULES)).iter_rows(named=True):
+        match = _JOB.match(Path(r["job"]).name)
+        if match:
+            rows.append({**r, "estimator": match["estimator"]})
+    if not rows:
+        return pl.DataFrame(schema={"estimator": pl.Utf8, "jobs": pl.UInt32, "wall_s": pl.Float64})
+    return (
+        pl.DataFrame(rows)
+        .group_by("estimator")
+        .agg(
+            pl.col("rule").unique().sort().str.join(", ").alias("rules"),
+            pl.len().alias("jobs"),
+            pl.col("wall_s").sum().alias("wall_s"),
+            pl.col("wall_s").max().alias("longest_job_s"),
+            pl.col("cpu_s").sum().alias("cpu_s"),
+            pl.col("max_rss_mb").max().alias("peak_rss_mb"),
+        )
+        .sort("wall_s", descending=True)
+    )
+
+
+def estimator_markdown(table: pl.DataFrame) -> str:
+    lines = [
+        "| estimator | rules | jobs | wall s (sum) | longest job s | CPU s | peak RSS MB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in table.iter_rows(named=True):
+        cpu = "–" if r["cpu_s"] is None else f"{r['cpu_s']:.0f}"
+        rss = "–" if r["peak_rss_mb"] is None else f"{r['peak_rss_mb']:.0f}"
+        lines.append(
+            f"| {r['estimator']} | {r['rules']} | {r['jobs']} | {r['wall_s']:.0f} | {r['longest_job_s']:.0f} | {cpu} "
+            f"| {rss} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def to_markdown(table: pl.DataFrame) -> str:

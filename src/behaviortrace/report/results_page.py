@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from behaviortrace.report.cost import per_rule, read_benchmarks
+from behaviortrace.report.cost import estimator_markdown, per_estimator, per_rule, read_benchmarks
 from behaviortrace.report.cost import to_markdown as cost_markdown
 
 
@@ -39,7 +39,8 @@ def results_page(
         for verdict in row.values():
             counts[verdict["verdict"]] = counts.get(verdict["verdict"], 0) + 1
     tally = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("pass", "fail", "inconclusive", "n/a"))
-    cost = per_rule(read_benchmarks(Path(benchmarks)))
+    jobs = read_benchmarks(Path(benchmarks))
+    cost = per_rule(jobs)
     parts = [
         f"# Results of run `{run}`\n",
         "Written by the workflow (rule `results_page`) from this run's own tables under "
@@ -59,5 +60,8 @@ def results_page(
         "## What each rule cost\n",
         "Summed over jobs from their benchmark files (jobs side by side on several cores add up).\n",
         cost_markdown(cost),
+        "Per estimator instance: its preparation and score jobs over every seed, draw and target, what rerunning it "
+        "alone costs.\n",
+        estimator_markdown(per_estimator(jobs)),
     ]
     return "\n".join(parts)
