@@ -94,12 +94,30 @@ def influence(run, target, model, pad_id, rows, at, strategy, damping, batch_siz
             train_dataset=rows,
             per_device_query_batch_size=target.chunk,
             per_device_train_batch_size=batch_size,
-            score_args=ScoreArguments(damping_factor=damping),
+            score_args=ScoreArguments(damping_factor=damping, compute_per_module_scores=True),
             overwrite_output_dir=True,
         )
-        scores = analyzer.load_pairwise_scores("scores")["all_modules"]  # [items, rows]
+        per_module = analyzer.load_pairwise_scores("scores")  # module -> [items, rows]
     # f is the mean over items of each item's marker log-prob: its influence is the mean of theirs.
-    return scores.double().mean(0).numpy()
+    return _sum_modules({name: v.double().mean(0).numpy() for name, v in per_module.items()})
+
+
+def _sum_modules(per_module: dict[str, np.ndarray]) -> np.ndarray:
+    """The layers' scores summed. A layer whose every score is non-finite had a zero Fisher (a LoRA B matrix at
+    zero leaves its A matrix no gradient), where kronfluence's heuristic damping, 0.1 x the mean eigenvalue, is 0
+    and 0/0 results: its gradients are zero, so it adds exactly 0. Anything else non-finite is an error."""
+    total, empty = 0.0, []
+    for name, values in per_module.items():
+        finite = np.isfinite(values)
+        if finite.all():
+            total = total + values
+        elif not finite.any():
+            empty.append(name)
+        else:
+            raise FloatingPointError(f"ekfac: layer {name} gave {int((~finite).sum())} non-finite scores")
+    if empty:
+        log.warning("ekfac: %d layers without gradient at this checkpoint add 0: %s", len(empty), ", ".join(empty))
+    return np.broadcast_to(np.asarray(total, dtype=float), next(iter(per_module.values())).shape).copy()
 
 
 def tracked_modules(model) -> list[str]:
