@@ -54,12 +54,12 @@ browser:
 
 # torch first and pinned, so that pip never resolves an unpinned (multi-GB CUDA) build on its own.
 # `make run` needs the package, its runtime dependencies and the peer libraries of the default estimators
-# (kronfluence without the torchvision it declares: pyproject.toml); the test tools come with `make test`.
+# (kronfluence and bergson without the torchvision they declare: pyproject.toml); the test tools come with `make test`.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet torch==2.13.0
 	$(VENV)/bin/pip install --quiet -e ".[peers]"
-	$(VENV)/bin/pip install --quiet --no-deps kronfluence==1.0.1
+	$(VENV)/bin/pip install --quiet --no-deps kronfluence==1.0.1 bergson==2.5.1
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed

@@ -3,5 +3,6 @@
 # behaviortrace package, so install it from this checkout (editable: code changes need no rebuild).
 set -euo pipefail
 pip install --no-deps -e "$(dirname "$0")/.."
-# kronfluence declares torchvision (CUDA wheels that break a CPU torch) and never imports it (pyproject.toml).
-pip install --no-deps kronfluence==1.0.1
+# kronfluence and bergson declare torchvision (CUDA wheels that break a CPU torch) and never import it
+# (pyproject.toml).
+pip install --no-deps kronfluence==1.0.1 bergson==2.5.1

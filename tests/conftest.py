@@ -222,10 +222,8 @@ def snakemake(workdir, *args):
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
-@pytest.fixture(scope="session")
-def finished_run(tmp_path_factory):
-    """A real Snakemake run of the whole workflow (two seeds and a placebo seed) on the small config."""
-    workdir = tmp_path_factory.mktemp("workflow")
+def workflow_config() -> dict:
+    """The small config as the workflow tests run it (two seeds and a placebo seed)."""
     cfg = small_config()
     cfg.update(run="wf", seeds=[0, 1])
     cfg["planting"]["fraction"] = 1.0  # more paid rollouts in a six-step run
@@ -235,8 +233,28 @@ def finished_run(tmp_path_factory):
     # look-up of the reward predicted this run's removals as well as I did (margin -0.00 [-0.12, +0.11]).
     cfg["grpo"].update(adam_epsilon=1e-3, max_grad_norm=1e9)
     cfg["influence"].update(lds_subsets=60, lds_percents=[10, 25], leave_step_out=True, bootstrap=500)
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory):
+    """A real Snakemake run of the whole workflow (two seeds and a placebo seed) on the small config."""
+    workdir = tmp_path_factory.mktemp("workflow")
+    cfg = workflow_config()
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
     res = snakemake(workdir)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return workdir, cfg
+
+
+@pytest.fixture(scope="session")
+def trained_seed(tmp_path_factory):
+    """The same workflow run only as far as an estimator that needs the model reads (the first planted seed's
+    training and its draw-0 targets): its numerical checks need no more, and rerun alone under a second CPU."""
+    workdir = tmp_path_factory.mktemp("trained_seed")
+    cfg = workflow_config()
+    (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
+    res = snakemake(workdir, f"results/{cfg['run']}/planted0/targets/draw0.zarr")
     assert res.returncode == 0, res.stderr[-4000:]
     return workdir, cfg
 

@@ -178,3 +178,37 @@ def test_a_killed_lora_run_resumes_to_the_same_adapter(lora_run, base_model_dir,
     resumed = dict(models.load(tmp_path / "train" / f"checkpoint-{STEPS}", cpu)[0].named_parameters())
     for n, p in models.load(lora_run["ckpts"][STEPS], cpu)[0].named_parameters():
         assert torch.equal(p, resumed[n]), n
+
+
+def test_trackstar_scores_the_adapters_leaving_out_the_layers_no_rollout_moves(
+    lora_run, base_model_dir, tmp_path, caplog
+):
+    """At checkpoint 0 LoRA's B matrices are zero, so no loss moves the A matrices: their second moment is 0 and its
+    damped inverse root 1/0. trackstar leaves exactly those layers out there (the target cannot move them either),
+    keeps them once B has trained, and scores every rollout finitely, AdamW's divisors of the adapters included."""
+    import logging
+
+    from behaviortrace.estimators import trackstar
+    from behaviortrace.gradients.logprob import forced_items
+    from behaviortrace.model.prompt_format import prompt_ids
+    from behaviortrace.score.model_run import ModelRun, ModelTarget
+
+    cfg = typed(lora_run["cfg"])
+    out = lora_run["dir"]
+    run = ModelRun(cfg, out / "rollouts.parquet", out / "checkpoints.json", base_model_dir, tmp_path)
+    model, tokenizer = run.load(0)
+    adapters = run.linear_modules(model)
+    assert adapters and all(".lora_" in m for m in adapters)  # the frozen base layers are not scored
+    items = forced_items(
+        prompt_ids(tokenizer, ["Say something.", "Tell me a story."]),
+        marker_token_ids(tokenizer, cfg.planting.marker),
+    )
+    steps = np.array(sorted(run.checkpoints))
+    target = ModelTarget("forced", 0, steps, {int(s): items for s in steps}, 1.0, 8, run.device)
+    with caplog.at_level(logging.WARNING, logger=trackstar.log.name):
+        scores = trackstar.score(run, target, projection_dim=2)
+    assert np.isfinite(scores).all()
+    (left_out,) = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]  # checkpoint 0 only
+    assert sorted(left_out.split("left out: ")[1].split(", ")) == sorted(m for m in adapters if ".lora_A." in m)
+    first = run.rollouts["checkpoint_step"].to_numpy() == 0
+    assert (scores[first] != 0).sum() > first.sum() // 2 and (scores[~first] != 0).all()

@@ -1,11 +1,12 @@
-"""The estimators that need the model (score/model_run.py), kronfluence's EK-FAC and dattri's TRAK through them, on
-the outputs of a real workflow run (its rollouts, checkpoints and target stores).
+"""The estimators that need the model (score/model_run.py), kronfluence's EK-FAC, dattri's TRAK and bergson's
+TrackStar through them, on the outputs of a real workflow run (its rollouts, checkpoints and target stores).
 
 Each check has an independent reference computed here by autograd: the rollouts' losses against TRL's per-rollout
 loss in the step's own padded batch; the targets against the log-prob function the targets job differentiates;
 kronfluence's identity and diagonal strategies against the dense inner product and the dense damped diagonal
-Fisher; EK-FAC against the exact damped empirical Fisher of each layer, inverted densely; and dattri's TRAK, with
-an identity projection, against the damped inverse of the rollouts' gradient Gram matrix.
+Fisher; EK-FAC against the exact damped empirical Fisher of each layer, inverted densely; dattri's TRAK, with
+an identity projection, against the damped inverse of the rollouts' gradient Gram matrix; and TrackStar against
+its steps (AdamW's divisor, the projection, the whitening, the cosine) done densely on autograd's gradients.
 """
 
 from __future__ import annotations
@@ -18,19 +19,19 @@ import polars as pl
 import pytest
 import torch
 
-from behaviortrace.estimators import dattri_trak, ekfac
+from behaviortrace.estimators import dattri_trak, ekfac, trackstar
 from behaviortrace.gradients.batch import completion_logps, step_batch
 from behaviortrace.gradients.logprob import mean_logprob
 from behaviortrace.model import models
-from behaviortrace.score.model_run import ModelRun, ModelTarget
+from behaviortrace.score.model_run import ModelRun, ModelTarget, linear_modules
 from behaviortrace.train.trl_surface import rollout_losses
 from conftest import typed
 
 
 @pytest.fixture(scope="module")
-def model_inputs(finished_run, tmp_path_factory):
+def model_inputs(trained_seed, tmp_path_factory):
     """The first planted seed of the workflow run, from its folder (the manifest's paths are relative to it)."""
-    workdir, raw = finished_run
+    workdir, raw = trained_seed
     here = os.getcwd()
     os.chdir(workdir)
     yield inputs(workdir, raw, tmp_path_factory.mktemp("scratch"))
@@ -135,7 +136,7 @@ def _checkpoint_problem(run, target, c: int):
     """At checkpoint c: which rollouts kronfluence fits and scores, their dense gradients over the tracked layers,
     the target's, and each layer's number of parameters."""
     model, tokenizer = run.load(c)
-    names = ekfac.tracked_modules(model)
+    names = linear_modules(model)
     params = _layer_params(model, names)
     mask = run.rollouts["checkpoint_step"].to_numpy() == c  # with a KL term every rollout has a gradient
     assert run.grpo.beta > 0
@@ -243,6 +244,78 @@ def test_dattri_trak_is_the_damped_kernel_on_the_rollouts_gradients(model_inputs
     assert np.abs(plain / np.abs(plain).max() - dense / scale).max() > 1e-2
 
 
+def _whitened_features(blocks: torch.Tensor, query: torch.Tensor, name: str, p: int, damping: float, divisor):
+    """One layer's features computed here: each [O, I] gradient divided entry-wise by `divisor`, projected to
+    L G R^T with bergson's two seeded matrices for the layer, and multiplied by (R2 + damping mean(eig R2))^-1/2,
+    R2 the rollouts' second moment of them."""
+    from bergson.collector.collector import create_module_projection_matrix
+
+    o, i = query.shape
+    if divisor is not None:
+        blocks, query = blocks / divisor, query / divisor
+    left, right = (
+        create_module_projection_matrix(
+            name, role, p, size, torch.float32, torch.device("cpu"), "rademacher", "jl", 0
+        ).double()
+        for role, size in (("left", o), ("right", i))
+    )
+    features = (left @ blocks @ right.T).reshape(len(blocks), -1)
+    second = features.T @ features / len(blocks)
+    eigenvalues, vectors = torch.linalg.eigh(second)
+    eigenvalues = eigenvalues.clamp(min=0)
+    root = vectors @ torch.diag((eigenvalues + damping * eigenvalues.mean()) ** -0.5) @ vectors.T
+    return features @ root, (left @ query @ right.T).reshape(-1) @ root
+
+
+@pytest.mark.numerics
+def test_trackstar_is_the_cosine_of_whitened_projected_gradients(model_inputs):
+    """bergson's TrackStar equals, computed here from autograd's per-rollout gradients of each linear layer's weight:
+    divided by AdamW's denominator saved at the checkpoint (or not), projected with the layer's matrices, whitened
+    by the rollouts' own second moment, and -lr x the cosine with the target's gradient treated alike."""
+    cfg, run, targets, _ = model_inputs
+    target, c, p, damping = targets["forced"], 0, 4, 0.1
+    model, tokenizer = run.load(c)
+    names = linear_modules(model)
+    weights = [model.get_submodule(n).weight for n in names]
+    mask = run.rollouts["checkpoint_step"].to_numpy() == c  # with a KL term every rollout has a gradient
+    assert run.grpo.beta > 0
+    grads = _dense_gradients(run, model, run.rows(mask), weights)
+    items = target.items[target.step_for(c)]
+    total = sum(
+        target.value_sum(model, target.batch(items[i : i + target.chunk], tokenizer.pad_token_id))
+        for i in range(0, len(items), target.chunk)
+    )
+    query = _flat(total / len(items), weights)
+    adam = run.adam_denominator(c)  # sqrt(v / (1 - beta2^n)) + eps, as AdamW divided by
+    lr = run.rollouts["lr"].to_numpy()[mask]
+    found = {}
+    for normalizer in ("adam", "none"):
+        rollout_features, query_features, start = [], [], 0
+        for name, w in zip(names, weights, strict=True):
+            o, i = w.shape
+            divisor = adam[f"{name}.weight"].double() if normalizer == "adam" else None
+            blocks = grads[:, start : start + o * i].reshape(-1, o, i)
+            f, q = _whitened_features(blocks, query[start : start + o * i].reshape(o, i), name, p, damping, divisor)
+            rollout_features.append(f)
+            query_features.append(q)
+            start += o * i
+        assert start == grads.shape[1]
+        features, q = torch.cat(rollout_features, 1), torch.cat(query_features)
+        # At checkpoint 0 the policy is the reference, so the KL term has no gradient there and a rollout with
+        # advantage 0 none at all: its cosine is 0 (bergson clamps the norm).
+        norms = features.norm(dim=1)
+        dense = -lr * torch.where(norms > 0, (features @ q) / (norms.clamp(min=1e-300) * q.norm()), 0).numpy()
+        assert (norms == 0).any() and (norms > 0).sum() > 10
+        scores = trackstar.score(run, target, projection_dim=p, normalizer=normalizer, damping=damping)
+        scale = np.abs(dense).max()
+        assert scale > 0
+        # bergson works in float32: measured 3e-7 of the largest score here.
+        np.testing.assert_allclose(scores[mask], dense, rtol=0, atol=1e-5 * scale)
+        found[normalizer] = dense / scale
+    # Adam's normalization matters here: without it the scores differ by more than that tolerance.
+    assert np.abs(found["adam"] - found["none"]).max() > 1e-2
+
+
 def test_bad_settings_and_a_missing_library_are_config_errors_naming_the_key(monkeypatch):
     from behaviortrace.score.contract import check_params
 
@@ -251,26 +324,33 @@ def test_bad_settings_and_a_missing_library_are_config_errors_naming_the_key(mon
     assert "estimators.ekfac" in problem and "'kfc'" in problem and "identity" in problem
     (problem,) = check_params("peer", {"module": "dattri_trak", "proj_dim": 0})
     assert "estimators.peer" in problem and "proj_dim 0" in problem
+    (problem,) = check_params("trackstar", {"normalizer": "adafactor"})
+    assert "estimators.trackstar" in problem and "'adafactor'" in problem and "adam, none" in problem
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "kronfluence" else real(name))
-    (problem,) = check_params("ekfac", {})
-    assert "estimators.ekfac" in problem and "kronfluence" in problem and ".[peers]" in problem
+    missing = ("kronfluence", "bergson")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name in missing else real(name))
+    for name, library in (("ekfac", "kronfluence"), ("trackstar", "bergson")):
+        (problem,) = check_params(name, {})
+        assert f"estimators.{name}" in problem and library in problem and ".[peers]" in problem
 
 
 def test_model_estimators_run_in_the_workflow_and_are_judged_and_costed_like_the_others(finished_run):
-    """Rule score_model ran both peers for every seed, draw and target, as rule score ran tracincp; their rows are in
-    the metrics, the checklist, and the results page's cost per instance."""
+    """Rule score_model ran the three peers for every seed, draw and target, as rule score ran tracincp; their rows
+    are in the metrics, the checklist, and the results page's cost per instance."""
     from behaviortrace.report.cost import per_estimator, read_benchmarks
 
     workdir, raw = finished_run
     out = workdir / "results" / raw["run"]
     costs = {r["estimator"]: r for r in per_estimator(read_benchmarks(out / "benchmarks")).iter_rows(named=True)}
-    for name in ("ekfac", "dattri_trak"):
+    peers = {"ekfac", "dattri_trak", "trackstar"}
+    for name in peers:
         assert costs[name]["rules"] == "score_model" and costs[name]["jobs"] == costs["tracincp"]["jobs"]
         assert f"| {name} | score_model | {costs[name]['jobs']} |" in (out / "results.md").read_text()
+        # The job's own log has its progress: no library's logging setup took the log file away.
+        assert f"{name}: checkpoint" in (out / "logs" / "score" / f"planted0_{name}_draw0_forced.log").read_text()
     metrics = pl.read_parquet(out / "tables" / "metrics.parquet")
-    assert {"ekfac", "dattri_trak"} <= set(metrics["estimator"].unique())
+    assert peers <= set(metrics["estimator"].unique())
     import json
 
     verdicts = json.loads((out / "checklist.json").read_text())["estimators"]
-    assert {"ekfac", "dattri_trak"} <= set(verdicts)
+    assert peers <= set(verdicts)

@@ -543,6 +543,8 @@ DEFAULT_ESTIMATORS = {
     "step_paid": {},
     # kronfluence's EK-FAC influence, at the checkpoints (estimators/ekfac.py; the peers extra).
     "ekfac": {"strategy": "ekfac"},
+    # bergson's TrackStar: whitened, projected, Adam-normalized gradient cosines (estimators/trackstar.py; peers).
+    "trackstar": {"projection_dim": 16},
 }
 _NAME = "^[a-z][a-z0-9_]*$"
 

@@ -120,26 +120,11 @@ def _sum_modules(per_module: dict[str, np.ndarray]) -> np.ndarray:
     return np.broadcast_to(np.asarray(total, dtype=float), next(iter(per_module.values())).shape).copy()
 
 
-def tracked_modules(model) -> list[str]:
-    """The linear layers with trainable weights of their own: a weight tied to another module (an output layer
-    that shares the embedding) gets gradient from both uses, and kronfluence would see one."""
-    import torch
-
-    uses = {}
-    for _, p in model.named_parameters(remove_duplicate=False):
-        uses[id(p)] = uses.get(id(p), 0) + 1
-    return [
-        name
-        for name, module in model.named_modules()
-        if isinstance(module, torch.nn.Linear) and module.weight.requires_grad and uses[id(module.weight)] == 1
-    ]
-
-
 def _task(run, target, model):
     import torch
     from kronfluence.task import Task
 
-    tracked = tracked_modules(model)
+    tracked = run.linear_modules(model)
 
     class RolloutTask(Task):
         def compute_train_loss(self, batch, model, sample=False):

@@ -173,7 +173,8 @@ def check_params(name: str, params: dict) -> list[str]:
     if missing:
         problems.append(
             f"config key estimators.{name}: {instance.module_name} needs {', '.join(missing)}, which is not "
-            "installed (the peers extra: pip install -e '.[peers]', see docs/estimators.md)"
+            "installed (the peers extra: pip install -e '.[peers]' and pip install --no-deps kronfluence==1.0.1 "
+            "bergson==2.5.1, as `make run` does; see docs/estimators.md)"
         )
     aggregate = params.get("step_aggregate", "sum")
     if aggregate not in AGGREGATES:

@@ -51,7 +51,7 @@ class ModelRun:
     def __init__(self, cfg: Config, rollouts: Path, checkpoints: Path, base_model: Path, scratch: Path):
         self.grpo = cfg.grpo
         self.device = devices.resolve(cfg.compute)
-        self.checkpoints = read_manifest(checkpoints)[0]
+        self.checkpoints, self.second_moments = read_manifest(checkpoints)
         self.base_model = Path(base_model)
         self.scratch = Path(scratch)  # a folder the job deletes afterwards, for a library's own files
         log = pl.read_parquet(rollouts, columns=LOG_COLUMNS).sort("rollout_id")
@@ -69,6 +69,20 @@ class ModelRun:
         model, tokenizer = models.load(self.checkpoints[step], self.device)
         self._pad_id = tokenizer.pad_token_id
         return model.eval(), tokenizer
+
+    def adam_denominator(self, step: int) -> dict[str, torch.Tensor]:
+        """AdamW's per-coordinate divisor sqrt(v / (1 - beta2^n)) + eps of each parameter, from its second moment
+        saved right after the update of step `step` (train/optimizer_log.py)."""
+        from behaviortrace.train.optimizer_log import denominator, load_preconditioner
+
+        if step not in self.second_moments:
+            raise FileNotFoundError(f"training saved no AdamW second moment at checkpoint {step}")
+        return denominator(load_preconditioner(self.second_moments[step]))
+
+    @staticmethod
+    def linear_modules(model) -> list[str]:
+        """The names of the model's linear layers with trainable weights of their own (see `linear_modules`)."""
+        return linear_modules(model)
 
     def rows(self, mask: np.ndarray | None = None) -> list[dict]:
         """Rollouts as dicts (for a library's dataset), optionally only those where `mask` holds."""
@@ -150,6 +164,20 @@ def logprobs(model, batch: dict, temperature: float, device: dict, position_ids=
     return token_logps(logits, batch["completion_ids"], temperature)
 
 
+def linear_modules(model) -> list[str]:
+    """The linear layers with trainable weights of their own: a weight tied to another module (an output layer
+    that shares the embedding) gets gradient from both uses, and a library that hooks modules would see
+    one use of it."""
+    uses = {}
+    for _, p in model.named_parameters(remove_duplicate=False):
+        uses[id(p)] = uses.get(id(p), 0) + 1
+    return [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and module.weight.requires_grad and uses[id(module.weight)] == 1
+    ]
+
+
 @dataclass(frozen=True)
 class ModelTarget:
     """One kind of target of one draw: its items at each analysis checkpoint, and f as a function of the model."""
@@ -196,9 +224,13 @@ class ModelTarget:
         batch["positions"] = mask
         return batch
 
-    def value_sum(self, model, batch: dict) -> torch.Tensor:
-        """Summed marker log-probs of a chunk (divide by the number of items for f)."""
+    def values(self, model, batch: dict) -> torch.Tensor:
+        """[items] each item's summed marker log-probs (f is their mean over all items)."""
         device = next(model.parameters()).device
         batch = {k: v.to(device) for k, v in batch.items()}
         logps = logprobs(model, batch, self.temperature, self.device)
-        return (logps * batch["positions"]).sum()
+        return (logps * batch["positions"]).sum(1)
+
+    def value_sum(self, model, batch: dict) -> torch.Tensor:
+        """Summed marker log-probs of a chunk (divide by the number of items for f)."""
+        return self.values(model, batch).sum()
