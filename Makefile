@@ -13,8 +13,9 @@ run: $(VENV)/.installed
 	$(VENV)/bin/snakemake --cores all
 	$(VENV)/bin/snakemake --report results/default/report.html
 
+# pytest lists its 15 slowest steps (tests and fixtures) at the end: where CI's time goes.
 test: lint $(VENV)/.installed-test browser
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=15
 	$(MAKE) pytest-second-cpu
 	VENV=$(VENV) tests/slurm/run_cluster.sh
 

@@ -143,7 +143,8 @@ def test_the_gpu_check_runs_its_reduced_workflow_on_the_cpu_in_bf16(tmp_path):
         text=True,
     )
     summary = json.loads((out / "gpu_check_summary.json").read_text())
-    assert res.returncode == 0 and summary["passed"], (summary, res.stderr[-3000:])
+    tails = [entry.get("log_tail", "") for entry in summary.values() if isinstance(entry, dict)]
+    assert res.returncode == 0 and summary["passed"], (summary["failures"], tails, res.stderr[-3000:])
     run = summary["bfloat16"]
     assert run["workflow_exit"] == 0 and run["rollouts"] == 4 * 16
     assert len(run["self_check_errors"]) == 4 and 0 < run["self_check_max"]

@@ -63,6 +63,9 @@ def score(
     problems = check(projection_dim, projection_seed, normalizer, damping, batch_size)
     if problems:
         raise ValueError("; ".join(problems))
+    # bergson's hooks multiply a bf16 activation by a float32 normalized gradient and fail: in a bf16 run, trackstar
+    # takes its gradients in float32 (from the same float32 weights).
+    run, target = run.without_autocast(), target.without_autocast()
     checkpoint = run.rollouts["checkpoint_step"].to_numpy()
     used = run.rollouts["advantage"].to_numpy() != 0 if not run.grpo.beta else np.ones(len(checkpoint), bool)
     lr = run.rollouts["lr"].to_numpy()

@@ -14,7 +14,8 @@ saved by the targets job at each analysis checkpoint.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -62,12 +63,18 @@ class ModelRun:
         )
         self.rollouts = log.join(widths, on="step", how="left", maintain_order="left")
         self._ref = None
-        self._pad_id = None
+        self.pad_id = models.load_tokenizer(self.base_model).pad_token_id  # training padded with the base's
+
+    def without_autocast(self) -> ModelRun:
+        """This run with its losses taken in float32 where training ran under bf16 autocast (the weights are float32
+        either way): for a library whose hooks cannot mix bf16 activations with float32 gradients."""
+        other = copy.copy(self)
+        other.device = {**self.device, "dtype": "float32"}
+        return other
 
     def load(self, step: int):
         """The model (train mode off) and tokenizer at checkpoint `step`."""
         model, tokenizer = models.load(self.checkpoints[step], self.device)
-        self._pad_id = tokenizer.pad_token_id
         return model.eval(), tokenizer
 
     def adam_denominator(self, step: int) -> dict[str, torch.Tensor]:
@@ -92,8 +99,7 @@ class ModelRun:
     def batch(self, rows: list[dict]) -> dict:
         """Model inputs of any rollouts: each keeps the token positions it had in its step's padded batch (TRL's
         layout: prompts left-padded to the step's widest), so its loss is the one training computed."""
-        pad = self._pad_id if self._pad_id is not None else 0
-        batch = pad_batch([r["prompt_ids"] for r in rows], [r["completion_ids"] for r in rows], pad)
+        batch = pad_batch([r["prompt_ids"] for r in rows], [r["completion_ids"] for r in rows], self.pad_id)
         width = batch["prompt_ids"].shape[1]
         total = width + batch["completion_ids"].shape[1]
         shift = torch.tensor([width - r["prompt_width"] for r in rows]).unsqueeze(1)
@@ -206,6 +212,10 @@ class ModelTarget:
         else:
             items = load_items(store, [int(s) for s in steps])
         return cls(kind, draw, steps, items, cfg.grpo.temperature, cfg.sketch.chunk_rollouts, run.device)
+
+    def without_autocast(self) -> ModelTarget:
+        """This target with f taken in float32 (as `ModelRun.without_autocast`)."""
+        return replace(self, device={**self.device, "dtype": "float32"})
 
     def step_for(self, checkpoint_step: int) -> int:
         """The analysis checkpoint at or before `checkpoint_step` (the one the sketch estimators use too)."""
