@@ -12,11 +12,15 @@ Beside the dtypes, the same workflow trains LoRA adapters (`model.lora`, rank 8 
 projections) in bfloat16 (`--no-lora` skips it): capture, the self-check, replay and the influence then cover the
 adapter's parameters only, under mixed precision.
 
+Beside them, config/paper.yaml itself reduced to a few steps (`--no-paper` skips it): its bf16, k = 65,536, step
+shape (16 rollouts of 64 new tokens), lr, sampling and chat prompts, on a Qwen2 with the paper model's widths and
+heads (on the CPU dry run, small widths), with fewer probes, estimators and replays.
+
 Checked per run: the workflow finished; every captured step's self-check error is within that dtype's tolerance
 (sketch/tolerance.py) and the checklist's sketch item passed; the prompts reached the model through its chat
-template. Recorded: the self-check errors, the wall time per rule (Snakemake's benchmark files), and on CUDA the
-training job's peak GPU memory (its log), the peak in use on the GPUs while both ran (nvidia-smi, every 200 ms),
-and the capture scaling benchmark on the GPU in the time left.
+template. Recorded: the self-check errors, the wall time and peak resident memory per rule (Snakemake's benchmark
+files), and on CUDA the training job's peak GPU memory (its log), the peak in use on the GPUs while they all ran
+(nvidia-smi, every 200 ms), and the capture scaling benchmark on the GPU in the time left.
 
     python diagnostics/gpu_check.py --out gpu_check_out                     # CUDA, both dtypes
     python diagnostics/gpu_check.py --device cpu --dtypes bfloat16 --out x  # the same on the CPU
@@ -81,6 +85,36 @@ def reduced_config(model_dir: Path, device: str, dtype: str, steps: int, lora: b
     return cfg
 
 
+# config/paper.yaml's model, Qwen2.5-1.5B-Instruct: its widths and heads (its config.json), 4 of its 28 layers (its
+# checkpoints, Adam states and influence states then fit the check's minutes and a 64 GB disk; benchmarks/cost_plan.py
+# extrapolates over size) and the local tokenizer's vocabulary. On the CPU dry run: the same heads, small widths.
+PAPER_SHAPES = {
+    "cuda": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 4, "num_attention_heads": 12},
+    "cpu": {"hidden_size": 96, "intermediate_size": 560, "num_hidden_layers": 2, "num_attention_heads": 12},
+}
+
+
+def paper_config(model_dir: Path, device: str, steps: int) -> dict:
+    """config/paper.yaml reduced to a few steps (one seed, fewer probes, estimators and replays): its dtype, sketch
+    width, step shape (4 prompts x 4 generations, 64 new tokens), lr, sampling, chat prompts and tolerance kept."""
+    from behaviortrace.config.load import complete
+
+    cfg = complete(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
+    small = reduced_config(model_dir, device, "bfloat16", steps)
+    cfg.update(run="gpu_check_paper", seeds=[0])
+    cfg["compute"]["device"] = device
+    cfg["model"]["name"] = str(model_dir)
+    cfg["model"]["sft"].update(steps=4)
+    cfg["grpo"].update(steps=steps, save_every=steps // 2)
+    cfg["planting"]["window"] = [0, steps // 2 - 1]
+    cfg["sketch"]["shard_steps"] = steps // 2
+    cfg["planting"]["explore"] = small["planting"]["explore"]  # paid rollouts within a few steps of a random model
+    for section in ("probes", "targets", "estimators", "evaluation", "replay", "placebo"):
+        cfg[section] = small[section]
+    cfg["influence"].update(sets=small["influence"]["sets"], lds_subsets=small["influence"]["lds_subsets"])
+    return cfg
+
+
 def run_name(dtype: str, lora: bool) -> str:
     return f"{dtype}_lora" if lora else dtype
 
@@ -115,12 +149,13 @@ class GpuMemory:
         return False
 
 
-def rule_times(results: Path) -> dict[str, float]:
-    """Wall seconds per rule, summed over its jobs (Snakemake's benchmark files)."""
+def rule_times(results: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """Wall seconds per rule, summed over its jobs, and each rule's peak resident memory in MB (Snakemake's benchmark
+    files)."""
     from pipeline import per_rule, read_benchmarks
 
-    table = per_rule(read_benchmarks(results / "benchmarks"))
-    return {r["rule"]: round(r["wall_s"], 2) for r in table.iter_rows(named=True)}
+    rows = list(per_rule(read_benchmarks(results / "benchmarks")).iter_rows(named=True))
+    return {r["rule"]: round(r["wall_s"], 2) for r in rows}, {r["rule"]: r["peak_rss_mb"] for r in rows}
 
 
 def check_outputs(results: Path, dtype: str) -> tuple[dict, list[str]]:
@@ -242,10 +277,11 @@ def main() -> int:
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=("float32", "bfloat16"))
     parser.add_argument("--steps", type=int, default=8, help="GRPO steps of each reduced workflow (even)")
     parser.add_argument("--no-lora", action="store_true", help="skip the bfloat16 workflow with LoRA adapters")
+    parser.add_argument("--no-paper", action="store_true", help="skip the reduced config/paper.yaml workflow")
     parser.add_argument(
         "--budget",
         type=float,
-        default=450,
+        default=510,
         help="seconds for everything (the scaling benchmark runs only in what the workflows leave)",
     )
     args = parser.parse_args()
@@ -260,16 +296,19 @@ def main() -> int:
             raise RuntimeError("no CUDA device visible to torch")
         model_dir = build_model(out / "model")
         runs = [(dtype, False) for dtype in args.dtypes] + ([] if args.no_lora else [("bfloat16", True)])
+        configs = {run_name(d, lora): reduced_config(model_dir, args.device, d, args.steps, lora) for d, lora in runs}
+        if not args.no_paper:
+            paper_model = build_model(out / "paper_model", **PAPER_SHAPES[args.device])
+            configs["paper"] = paper_config(paper_model, args.device, args.steps)
+            runs.append(("bfloat16", False))
+            summary["paper_model_parameters"] = parameters(paper_model)
         cores = max(2, (os.cpu_count() or 2) // len(runs))
         with GpuMemory() as memory:  # the workflows side by side: the peak is of all of them together
-            configs = {
-                run_name(d, lora): reduced_config(model_dir, args.device, d, args.steps, lora) for d, lora in runs
-            }
             workflows = {name: Workflow(out / name, cfg, cores) for name, cfg in configs.items()}
             run_side_by_side(workflows, started + args.budget - 20)
         for (dtype, lora), (name, workflow) in zip(runs, workflows.items(), strict=True):
             entry = {"workflow_exit": workflow.code, "workflow_s": round(workflow.took, 1)}
-            results = out / name / "results" / f"gpu_check_{name}"
+            results = out / name / "results" / configs[name]["run"]
             if workflow.code:
                 why = "ran past the time limit" if workflow.code == 124 else f"failed (exit {workflow.code})"
                 failures.append(f"{name}: the workflow {why}; see {workflow.log_path}")
@@ -284,7 +323,7 @@ def main() -> int:
                 if args.device == "cuda":
                     entry["training_peak_gpu_mib"] = training_peak_mib(results)
             if (results / "benchmarks").exists():
-                entry["rule_wall_s"] = rule_times(results)
+                entry["rule_wall_s"], entry["rule_peak_rss_mb"] = rule_times(results)
             summary[name] = entry
         summary["peak_gpu_memory_mib"] = memory.peak_mib if args.device == "cuda" else None
         left = args.budget - (time.time() - started)
@@ -319,11 +358,22 @@ def environment(device: str) -> dict:
     return info
 
 
-def build_model(folder: Path) -> Path:
+def build_model(folder: Path, **shapes) -> Path:
+    """The check's Qwen2, saved to `folder` (config `shapes` over its small defaults)."""
     from behaviortrace.model.families import save_family
 
     cfg = defaults()["planting"]
-    return save_family(FAMILY, folder, cfg["trigger"], cfg["marker"], hidden=HIDDEN, layers=LAYERS)
+    return save_family(FAMILY, folder, cfg["trigger"], cfg["marker"], hidden=HIDDEN, layers=LAYERS, **shapes)
+
+
+def parameters(model_dir: Path) -> int:
+    """A saved model's parameter count, from its config (built on the meta device: nothing allocated)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    return sum(p.numel() for p in model.parameters())
 
 
 def scaling_on_gpu(out: Path, limit_s: float) -> dict:

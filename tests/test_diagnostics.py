@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import polars as pl
+import yaml
 
 from conftest import ROOT
 from tolerance import within
@@ -157,6 +158,15 @@ def test_the_gpu_check_runs_its_reduced_workflow_on_the_cpu_in_bf16(tmp_path):
     assert within(lora["self_check_max"], tolerance_for("bfloat16")) and lora["sketch_covers_parameters"] is True
     assert 0 < lora["trainable_parameters"] < 20_000, lora["trainable_parameters"]
     assert {"influence", "replay"} <= set(lora["rule_wall_s"])
+    # config/paper.yaml reduced to four steps: its dtype, sketch width and step shape, on a model of its heads.
+    paper = summary["paper"]
+    assert paper["workflow_exit"] == 0 and paper["rollouts"] == 4 * 16 and paper["chat_prompts"] is True
+    assert within(paper["self_check_max"], tolerance_for("bfloat16")) and paper["sketch_covers_parameters"] is True
+    ran = yaml.safe_load((out / "paper" / "config.yaml").read_text())
+    assert ran["compute"]["dtype"] == "bfloat16" and ran["sketch"]["k"] == 65536 and ran["grpo"]["lr"] == 5.0e-6
+    assert ran["grpo"]["max_new_tokens"] == 64 and ran["task"]["prompt_format"] == "chat"
+    assert {"train_grpo", "influence", "replay"} <= set(paper["rule_peak_rss_mb"])
+    assert all(mb > 0 for mb in paper["rule_peak_rss_mb"].values())
 
 
 def test_smoothness_reports_the_lds_of_the_influence_the_run_computed(finished_run, tmp_path):

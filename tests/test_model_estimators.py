@@ -354,3 +354,18 @@ def test_model_estimators_run_in_the_workflow_and_are_judged_and_costed_like_the
 
     verdicts = json.loads((out / "checklist.json").read_text())["estimators"]
     assert peers <= set(verdicts)
+
+
+def test_the_cost_tables_leave_out_instances_the_config_no_longer_names(finished_run):
+    """A run folder keeps the benchmark files of an instance an earlier config named; the results page's cost
+    tables count only the configured instances, and every other rule's jobs in full."""
+    from behaviortrace.report.cost import configured, per_estimator, per_rule, read_benchmarks
+
+    workdir, raw = finished_run
+    jobs = read_benchmarks(workdir / "results" / raw["run"] / "benchmarks")
+    before = {r["estimator"]: r["jobs"] for r in per_estimator(jobs).iter_rows(named=True)}
+    kept = configured(jobs, set(before) - {"ekfac"})
+    assert set(per_estimator(kept)["estimator"]) == set(before) - {"ekfac"}
+    assert kept.height == jobs.height - before["ekfac"]
+    rules = {r["rule"]: r["jobs"] for r in per_rule(kept).iter_rows(named=True)}
+    assert rules["train_grpo"] == per_rule(jobs).filter(pl.col("rule") == "train_grpo")["jobs"].item()

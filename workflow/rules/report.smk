@@ -134,5 +134,6 @@ rule results_page:
     params:
         config=config_for("run"),
         benchmarks=BENCHMARKS,
+        estimators=sorted(config["estimators"]),  # the cost tables count these instances' jobs only
     script:
         "../scripts/results_page.py"

@@ -10,5 +10,6 @@ results_page_job(
     start(sm),
     inputs={name: Path(path) for name, path in sm.input.items()},
     benchmarks=Path(sm.params.benchmarks),
+    estimators=set(sm.params.estimators),
     out=Path(sm.output[0]),
 )

@@ -112,10 +112,11 @@ def influence_job(
                 share,
             )
 
+    keep = set(checked) | (set(range(end)) if inf.leave_step_out else set())  # where retraining starts
+    check_disk(traj.model, end, keep, inf, Path(out_rollouts).parent)
     scratch = tempfile.TemporaryDirectory(dir=Path(out_rollouts).parent, prefix=".states-")
     with scratch as tmp, full_precision(traj.model):  # float64: the model's norms too (no-op in float32)
         store = StateStore(Path(tmp), "cpu")
-        keep = set(checked) | (set(range(end)) if inf.leave_step_out else set())  # where retraining starts
         result = exact_influence(traj, objective, end, inf.segment_steps, store, keep, compare)
         logged = steps_log["grad_norm"].to_numpy()[:end]
         norm_error = float(np.max(np.abs(np.array(result.grad_norms) - logged) / np.maximum(logged, 1e-12)))
@@ -186,6 +187,22 @@ def influence_job(
     atomic_write_text(json.dumps(summary, indent=1) + "\n", out_summary)
     log.info("%s%d: %d rollouts; seconds %s", arm, seed, table.height, result.seconds)
     return table
+
+
+def check_disk(model, end: int, keep: set[int], inf, folder: Path) -> None:
+    """The forward sweep's states on disk, every segment start and every step in `keep`, 3P numbers each (weights
+    and Adam's two moments, in `influence.dtype`): refused before the sweep where the disk cannot hold them."""
+    from behaviortrace.common.disk import require_free_disk
+    from behaviortrace.influence.metagradient import segment_starts
+
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    states = len(set(segment_starts(end, max(1, inf.segment_steps))) | keep)
+    need = states * 3 * params * (8 if inf.dtype == "float64" else 4)
+    what = f"the exact influence's {states} saved training states (3 x {params:,} numbers each, {inf.dtype})"
+    keys = (
+        "influence.segment_steps (fewer states, more recomputation), influence.leave_step_out or influence.fd_rollouts"
+    )
+    require_free_disk(folder, need, what, keys)
 
 
 def retrain(traj, store, sets: list[Zeroed], end: int, objective, batch: int) -> list[float]:

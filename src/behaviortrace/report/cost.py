@@ -40,6 +40,18 @@ def read_benchmarks(folder: Path) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
+def configured(jobs: pl.DataFrame, estimators: set[str]) -> pl.DataFrame:
+    """The jobs of the configured estimator instances and of every other rule: a run folder keeps the benchmark
+    files of instances an earlier config named, which would otherwise count in this run's cost."""
+
+    def keep(rule: str, job: str) -> bool:
+        match = _JOB.match(Path(job).name)
+        return rule not in ESTIMATOR_RULES or match is None or match["estimator"] in estimators
+
+    mask = [keep(rule, job) for rule, job in zip(jobs["rule"], jobs["job"], strict=True)]
+    return jobs.filter(pl.Series(mask, dtype=pl.Boolean))
+
+
 def per_rule(jobs: pl.DataFrame) -> pl.DataFrame:
     total = jobs["wall_s"].sum()
     return (

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from behaviortrace.report.cost import estimator_markdown, per_estimator, per_rule, read_benchmarks
+from behaviortrace.report.cost import configured, estimator_markdown, per_estimator, per_rule, read_benchmarks
 from behaviortrace.report.cost import to_markdown as cost_markdown
 
 
@@ -33,13 +33,14 @@ def results_page(
     influence: Path,
     paper: Path,
     benchmarks: Path,
+    estimators: set[str],
 ) -> str:
     counts: dict[str, int] = {}
     for row in json.loads(Path(checklist_json).read_text())["estimators"].values():
         for verdict in row.values():
             counts[verdict["verdict"]] = counts.get(verdict["verdict"], 0) + 1
     tally = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("pass", "fail", "inconclusive", "n/a"))
-    jobs = read_benchmarks(Path(benchmarks))
+    jobs = configured(read_benchmarks(Path(benchmarks)), estimators)
     cost = per_rule(jobs)
     parts = [
         f"# Results of run `{run}`\n",

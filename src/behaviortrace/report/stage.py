@@ -196,7 +196,9 @@ def figures_job(
     )
 
 
-def results_page_job(cfg: Config, *, inputs: dict[str, Path], benchmarks: Path, out: Path) -> None:
+def results_page_job(
+    cfg: Config, *, inputs: dict[str, Path], benchmarks: Path, estimators: set[str], out: Path
+) -> None:
     """The run's results on one page (report/results_page.py), from the tables the other rules wrote."""
-    atomic_write_text(results_page(cfg.run, benchmarks=benchmarks, **inputs), out)
+    atomic_write_text(results_page(cfg.run, benchmarks=benchmarks, estimators=estimators, **inputs), out)
     log.info("results page written to %s", out)

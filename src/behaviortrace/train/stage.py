@@ -40,6 +40,7 @@ def train_job(
     with `sketch.mode: train`, also its sketch stores (`shards`, one per shard of steps, in order)."""
     device = devices.resolve(cfg.compute)
     model, tokenizer = training_model(cfg, base_model, device, seed)
+    check_disk(cfg, model, Path(train_dir))
     fingerprint = grpo.run_fingerprint(cfg.to_dict(), seed, [base_model, prompts])
     capture_dir = Path(train_dir) / "capture"
     captures = cfg.has("sketch") and cfg.sketch.mode == "train"
@@ -77,6 +78,22 @@ def train_job(
 
         log.info("%s %.0f MiB", PEAK_GPU_MEMORY, torch.cuda.max_memory_allocated() / 2**20)
     return rollouts
+
+
+def check_disk(cfg: Config, model, train_dir: Path) -> None:
+    """Every checkpoint still to save holds the trainable weights in float32 and AdamW's second moment (8 bytes per
+    parameter), and the newest also the whole optimizer state (8 more, twice while it is replaced): refused before
+    the first step where the disk cannot hold them."""
+    from behaviortrace.common.disk import require_free_disk
+    from behaviortrace.train.checkpoints import saved_steps
+
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    done = complete_checkpoints(train_dir) if train_dir.exists() else {}
+    saves = [s for s in saved_steps(cfg.grpo.steps, cfg.grpo.save_every, cfg.planting.end_checkpoint(cfg.grpo.steps))]
+    left = len([s for s in saves if s not in done])
+    need = 8 * params * left + 16 * params
+    what = f"{left} checkpoints of {params:,} trainable parameters (8 bytes each per checkpoint, 16 for the optimizer)"
+    require_free_disk(train_dir, need, what, "grpo.save_every (fewer checkpoints)")
 
 
 def training_model(cfg: Config, base_model: Path, device: dict, seed: int):
