@@ -83,17 +83,24 @@ MODEL_RULES = {
 }
 
 
+def influence_end(cfg: dict) -> int:
+    """T, the steps the influence job runs through (the influence stage's own definition)."""
+    from behaviortrace.config.sections import Config
+    from behaviortrace.influence.stage import end_step
+
+    return end_step(Config.from_dict(cfg))
+
+
 def work_units(cfg: dict) -> dict[str, float]:
     """How much one job of each kind of rule does, in steps x tokens or in rollouts, under config `cfg`."""
     grpo, probes, targets = cfg["grpo"], cfg["probes"], cfg["targets"]
     tokens = PROMPT_TOKENS + grpo["max_new_tokens"]
     window_end = cfg["planting"]["window"][1] + 1
     measured = max(grpo["steps"] if m == "final" else window_end for m in cfg["replay"]["measure_at"])
-    T = window_end if cfg["influence"]["measure_at"] == "window_end" else grpo["steps"]
     return {
         "train": grpo["steps"] * tokens,
         "replay": measured * tokens,
-        "influence": T * tokens,
+        "influence": influence_end(cfg) * tokens,
         "probes": (probes["n_probes"] + probes["n_plain"]) * targets["samples_per_prompt"] * tokens,
         "rollouts": grpo["steps"] * grpo["prompts_per_step"] * grpo["num_generations"],
     }
@@ -101,17 +108,13 @@ def work_units(cfg: dict) -> dict[str, float]:
 
 def states_in_memory(cfg: dict) -> int:
     """The influence job holds a segment's states in host memory: min(T, influence.segment_steps) of them."""
-    window_end = cfg["planting"]["window"][1] + 1
-    T = window_end if cfg["influence"]["measure_at"] == "window_end" else cfg["grpo"]["steps"]
-    return min(T, cfg["influence"]["segment_steps"])
+    return min(influence_end(cfg), cfg["influence"]["segment_steps"])
 
 
 def influence_state_bytes(cfg: dict, params: int) -> float:
     """The influence job's temporary states: 3 P numbers each (weights, Adam's moments), ceil(T / segment) of them."""
-    window_end = cfg["planting"]["window"][1] + 1
-    T = window_end if cfg["influence"]["measure_at"] == "window_end" else cfg["grpo"]["steps"]
     width = 8 if cfg["influence"]["dtype"] == "float64" else 4
-    return 3 * params * width * math.ceil(T / cfg["influence"]["segment_steps"])
+    return 3 * params * width * math.ceil(influence_end(cfg) / cfg["influence"]["segment_steps"])
 
 
 def job_counts(cfg: dict, work: Path) -> dict[str, int]:
@@ -149,18 +152,14 @@ def measure(size: str, device: str, steps: int, cores: int, work: Path) -> dict:
     """The reduced workflow at one size: per rule its jobs, mean seconds per job and peak memory; disk per stage."""
     from behaviortrace.model.families import save_family
     from behaviortrace.report.cost import read_benchmarks
-    from gpu_check import Workflow, reduced_config, run_side_by_side
+    from gpu_check import Workflow, parameters, reduced_config, run_side_by_side
 
     hidden, layers = (int(x) for x in size.split("x"))
     plant = defaults()["planting"]
     model_dir = save_family(
         "qwen2_tied", work / "model", plant["trigger"], plant["marker"], hidden=hidden, layers=layers
     )
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    params = sum(
-        p.numel() for p in AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir)).parameters()
-    )
+    params = parameters(model_dir)
     cfg = reduced_config(model_dir, device, "float32", steps)
     cfg["run"] = "cost"
     started = time.time()
@@ -266,9 +265,10 @@ def markdown(sizes: list[dict], rows: list[dict], disk: dict, paper_P: int, devi
         + ", ".join(f"{s['size']} ({s['params'] / 1e6:.1f}M parameters: {s['elapsed_s'] / 60:.1f} min)" for s in sizes)
         + f". **Extrapolated**: every hour, memory and disk figure at the paper's {paper_P / 1e9:.2f}B parameters.",
         "",
-        f"## Time: {total:,.0f} to {power:,.0f} {unit} hours per run of config/paper.yaml on this device",
+        f"## Time: {min(total, power):,.0f} to {max(total, power):,.0f} {unit} hours per run of config/paper.yaml "
+        "on this device",
         "",
-        "Jobs one after another; the first figure from the linear fits, the second from the power laws.",
+        f"Jobs one after another: {total:,.0f} from the linear fits, {power:,.0f} from the power laws.",
         "",
         "Rules that run the model: a job's seconds fitted as c + a P over the sizes (largest residual relative to "
         "the measured time), evaluated at the paper's P with the part that grows with P times the work ratio "
