@@ -51,8 +51,9 @@ from behaviortrace.config.load import defaults  # noqa: E402
 
 DEFAULT_SIZES = ("128x4", "384x6", "640x8", "1024x12")  # hidden width x layers: 0.6M to 113M parameters
 PROMPT_TOKENS = 48  # the chat template's and the task's prompt tokens (benchmarks/capture_scaling.py)
-# Per rule, what its work grows with beyond the model: the steps a job runs through, times the tokens per rollout
-# ("steps"), the probe completions it samples ("probes"), or the rollouts it reads ("rollouts"). Other rules: per job.
+# Per rule, what its work grows with beyond the model (work_units): the steps a job runs through times the tokens per
+# rollout (training, a replay, the influence), the probe completions it samples, or the rollouts it reads. Other
+# rules: per job.
 WORK = {
     "train_grpo": "train",
     "replay": "replay",
@@ -129,12 +130,13 @@ def job_counts(cfg: dict, work: Path) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "all"}
 
 
-def paper_config(model_dir: Path) -> dict:
-    """config/paper.yaml over the defaults, with a local model folder standing in for the hub id (job counts only)."""
+def paper_config(model_dir: Path | None = None) -> dict:
+    """config/paper.yaml over the defaults; for its dry run, a local model folder standing in for the hub id."""
     from behaviortrace.config.load import complete
 
     cfg = complete(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
-    cfg["model"]["name"] = str(model_dir)
+    if model_dir is not None:
+        cfg["model"]["name"] = str(model_dir)
     return cfg
 
 
@@ -356,7 +358,7 @@ def main() -> None:
             shutil.rmtree(folder / "run" / "results", ignore_errors=True)
         paper_jobs = job_counts(paper_config(args.work / sizes[0]["size"] / "model"), args.work / "plan")
         shutil.rmtree(args.work, ignore_errors=True)
-    paper = paper_config(Path("unused"))
+    paper = paper_config()
     paper_P = paper_params()
     rows, disk = plan(sizes, paper, paper_P, paper_jobs)
     text = markdown(sizes, rows, disk, paper_P, args.device, machine)

@@ -90,7 +90,7 @@ def check_disk(cfg: Config, model, train_dir: Path) -> None:
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     done = complete_checkpoints(train_dir) if train_dir.exists() else {}
     saves = saved_steps(cfg.grpo.steps, cfg.grpo.save_every, cfg.planting.end_checkpoint(cfg.grpo.steps))
-    left = len([s for s in saves if s not in done])
+    left = sum(s not in done for s in saves)
     need = 8 * params * left + 16 * params
     what = f"{left} checkpoints of {params:,} trainable parameters (8 bytes each per checkpoint, 16 for the optimizer)"
     require_free_disk(train_dir, need, what, "grpo.save_every (fewer checkpoints)")
