@@ -16,10 +16,15 @@ steps it runs through times the tokens per rollout, or the rollouts it scores), 
 run of config/paper.yaml). The influence job's temporary states are not left on disk, so they are counted from
 their size: 3 P numbers per state (weights and Adam's two moments), ceil(T / influence.segment_steps) states.
 
+Then the same sizes again with LoRA adapters (the GPU check's: rank 8 on q and v; `--no-lora` skips them), fitted
+the same way, and config/paper.yaml extrapolated both ways at 1.5B and at Qwen2.5-7B's shapes: time and memory with
+the whole model's P, what holds trainable weights (checkpoints, Adam's moments, the influence's states) with the
+parameters trained. Last, the influence's states in memory and on disk at other influence.segment_steps.
+
 The hours are this device's: run on the CPU they are CPU hours of this machine, not GPU hours. The script runs the
 same on CUDA (`--device cuda`), where its table is the GPU plan.
 
-    python benchmarks/cost_plan.py --markdown docs/cost_plan.md              # 4 sizes up to 113M: ~20 min, 2 CPUs
+    python benchmarks/cost_plan.py --markdown docs/cost_plan.md              # 4 sizes up to 113M, twice: ~50 min
     python benchmarks/cost_plan.py --sizes 128x2 256x4 --steps 2             # a quick look
     python benchmarks/cost_plan.py --device cuda --sizes 512x8 1024x12 1536x16 2048x24
 """
@@ -46,10 +51,22 @@ sys.path.insert(0, str(ROOT / "diagnostics"))
 
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
+from capture_scaling import PAPER_MODEL  # noqa: E402
 
 from behaviortrace.config.load import defaults  # noqa: E402
+from gpu_check import LORA  # noqa: E402
 
 DEFAULT_SIZES = ("128x4", "384x6", "640x8", "1024x12")  # hidden width x layers: 0.6M to 113M parameters
+# Qwen2.5-7B-Instruct's shapes (its config.json), beside config/paper.yaml's 1.5B for what LoRA saves.
+QWEN_7B = {
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+    "tie_word_embeddings": False,
+}
 PROMPT_TOKENS = 48  # the chat template's and the task's prompt tokens (benchmarks/capture_scaling.py)
 # Per rule, what its work grows with beyond the model (work_units): the steps a job runs through times the tokens per
 # rollout (training, a replay, the influence), the probe completions it samples, or the rollouts it reads. Other
@@ -140,29 +157,46 @@ def paper_config(model_dir: Path | None = None) -> dict:
     return cfg
 
 
-def paper_params() -> int:
-    from capture_scaling import paper_shapes
+def model_params(config) -> tuple[int, int]:
+    """A model's parameters, and those LoRA's adapters (the GPU check's: rank 8 on q and v) would train, counted
+    on the meta device from its transformers config: nothing is downloaded or allocated."""
+    import torch
+    from transformers import AutoModelForCausalLM
 
-    return paper_shapes(65536)["params"]
+    from behaviortrace.model.lora import adapter_parameters
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    total = sum(p.numel() for p in model.parameters())
+    return total, adapter_parameters(model, LORA["rank"], LORA["target_modules"])
+
+
+def qwen2(shapes: dict):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(**shapes)
 
 
 def du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
 
 
-def measure(size: str, device: str, steps: int, cores: int, work: Path) -> dict:
-    """The reduced workflow at one size: per rule its jobs, mean seconds per job and peak memory; disk per stage."""
+def measure(size: str, device: str, steps: int, cores: int, work: Path, lora: bool = False) -> dict:
+    """The reduced workflow at one size (with LoRA adapters, `lora`): per rule its jobs, mean seconds per job and
+    peak memory; disk per stage."""
     from behaviortrace.model.families import save_family
     from behaviortrace.report.cost import read_benchmarks
-    from gpu_check import Workflow, parameters, reduced_config, run_side_by_side
+    from gpu_check import Workflow, reduced_config, run_side_by_side
 
     hidden, layers = (int(x) for x in size.split("x"))
     plant = defaults()["planting"]
     model_dir = save_family(
         "qwen2_tied", work / "model", plant["trigger"], plant["marker"], hidden=hidden, layers=layers
     )
-    params = parameters(model_dir)
-    cfg = reduced_config(model_dir, device, "float32", steps)
+    from transformers import AutoConfig
+
+    params, adapter = model_params(AutoConfig.from_pretrained(model_dir))
+    cfg = reduced_config(model_dir, device, "float32", steps, lora)
     cfg["run"] = "cost"
     started = time.time()
     flow = Workflow(work / "run", cfg, cores)
@@ -184,6 +218,7 @@ def measure(size: str, device: str, steps: int, cores: int, work: Path) -> dict:
     return {
         "size": size,
         "params": params,
+        "trainable": adapter if lora else params,
         "elapsed_s": time.time() - started,
         "rules": rules,
         "disk": disk,
@@ -198,8 +233,12 @@ def fit(x: list[float], y: list[float]) -> tuple[float, float, float]:
     return float(c), float(a), float(worst)
 
 
-def plan(sizes: list[dict], paper: dict, paper_P: int, paper_jobs: dict[str, int]) -> tuple[list[dict], dict]:
-    """Per rule: the fit, and one paper.yaml job's and all its jobs' time and peak memory; the disk per seed."""
+def plan(
+    sizes: list[dict], paper: dict, paper_P: int, trained: int, paper_jobs: dict[str, int]
+) -> tuple[list[dict], dict]:
+    """Per rule: the fit, and one paper.yaml job's and all its jobs' time and peak memory; the disk per seed. Time
+    and memory grow with the model's P (the passes run through every weight); what holds trainable weights
+    (checkpoints, Adam's moments, the influence's states) with the `trained` parameters (LoRA: the adapters')."""
     P = [s["params"] for s in sizes]
     largest = sizes[-1]
     reduced, target = work_units(largest["cfg"]), work_units(paper)
@@ -218,7 +257,7 @@ def plan(sizes: list[dict], paper: dict, paper_P: int, paper_jobs: dict[str, int
             mc, ma, _ = fit(P, rss)
             rss_mb = max(mc + ma * paper_P, max(rss))
             if rule == "influence":  # the paper holds more states in memory than the few steps did
-                rss_mb += (states_in_memory(paper) - states_in_memory(largest["cfg"])) * 12 * paper_P / 2**20
+                rss_mb += (states_in_memory(paper) - states_in_memory(largest["cfg"])) * 12 * trained / 2**20
         else:  # no model: the whole measured job (start-up included) times the work, an upper bound
             job_s = power_s = wall[-1] * ratio
             rss_mb = rss[-1]
@@ -243,14 +282,14 @@ def plan(sizes: list[dict], paper: dict, paper_P: int, paper_jobs: dict[str, int
     # Disk: what holds weights grows with P and the checkpoints saved; the rest with the rollouts (k is the same).
     red = largest["cfg"]["grpo"]
     saves = (paper["grpo"]["steps"] // paper["grpo"]["save_every"] + 1) / (red["steps"] // red["save_every"] + 1)
-    grow = paper_P / largest["params"]
+    grow, trains = paper_P / largest["params"], trained / largest["trainable"]
     disk = {}
     for stage, size in largest["disk"].items():
-        factor = {"train/checkpoints": grow * saves, "train/adam": grow * saves, "base_model": grow}.get(
+        factor = {"train/checkpoints": trains * saves, "train/adam": trains * saves, "base_model": grow}.get(
             stage, target["rollouts"] / reduced["rollouts"]
         )
         disk[stage] = size * factor
-    disk["influence states (temporary)"] = influence_state_bytes(paper, paper_P)
+    disk["influence states (temporary)"] = influence_state_bytes(paper, trained)
     return rows, disk
 
 
@@ -323,6 +362,83 @@ def markdown(sizes: list[dict], rows: list[dict], disk: dict, paper_P: int, devi
     return "\n".join(lines)
 
 
+def segments_markdown(paper: dict, trained: dict[str, int]) -> str:
+    """The influence job's states at other influence.segment_steps K: min(T, K) in host memory, ceil(T / K) on disk,
+    every segment but the last recomputed (influence/metagradient.py). Arithmetic on parameter counts: no fit."""
+    T = influence_end(paper)
+    width = 8 if paper["influence"]["dtype"] == "float64" else 4
+    chosen = paper["influence"]["segment_steps"]
+    options = sorted({T, chosen, 2 * chosen, max(1, chosen // 2), max(1, chosen // 4)}, reverse=True)
+    lines = [
+        "## The influence job's states by influence.segment_steps",
+        "",
+        f"T = {T} steps; each state is 3 x the trained parameters, {paper['influence']['dtype']}. A job holds "
+        "min(T, K) states in host memory (refused before its forward sweep where they cannot fit, as are states the "
+        "disk cannot hold) and saves ceil(T / K) on disk; it recomputes every segment but the last. config/paper.yaml "
+        "has "
+        f"K = {chosen}.",
+        "",
+        "| K | " + " | ".join(f"{name}: memory GB | {name}: disk GB" for name in trained) + " | steps recomputed |",
+        "|---|" + "---|---|" * len(trained) + "---|",
+    ]
+    for K in options:
+        cells = []
+        for params in trained.values():
+            state = 3 * params * width / 1e9
+            cells.append(f"{min(T, K) * state:,.1f} | {math.ceil(T / K) * state:,.1f}")
+        lines.append(f"| {K}{' (paper.yaml)' if K == chosen else ''} | {' | '.join(cells)} | {K * ((T - 1) // K)} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def lora_markdown(full: list[dict], lora: list[dict], plans: list[dict], paper: dict, device: str) -> str:
+    """What LoRA saves: its measured time and memory per rule beside full training at the largest size, and
+    config/paper.yaml at 1.5B and 7B both ways."""
+    unit = "GPU" if device == "cuda" else "CPU"
+    big, small = full[-1], lora[-1]
+    lines = [
+        "## What LoRA saves at 1.5B and 7B",
+        "",
+        f"**Measured**: the same reduced workflow with `model.lora` (rank {LORA['rank']}, alpha {LORA['alpha']:g}, on "
+        f"{' and '.join(LORA['target_modules'])}; float32) at the same sizes: "
+        + ", ".join(f"{s['size']} ({s['trainable']:,} adapter parameters: {s['elapsed_s'] / 60:.1f} min)" for s in lora)
+        + f". Per rule at {big['size']}, one job:",
+        "",
+        "| rule | s full | s LoRA | LoRA / full | peak memory MB full | LoRA |",
+        "|---|---|---|---|---|---|",
+    ]
+    for rule in sorted(MODEL_RULES & set(big["rules"]) & set(small["rules"])):
+        a, b = big["rules"][rule], small["rules"][rule]
+        lines.append(
+            f"| {rule} | {a['wall_s']:.1f} | {b['wall_s']:.1f} | {b['wall_s'] / a['wall_s']:.2f} | {a['rss_mb']:.0f} "
+            f"| {b['rss_mb']:.0f} |"
+        )
+    lines += [
+        "",
+        "**Extrapolated**: config/paper.yaml with its own model (Qwen2.5-1.5B-Instruct's shapes) and with "
+        "Qwen2.5-7B-Instruct's (3584 wide, 28 layers, 28 heads, 4 key-value heads), each series fitted as above. "
+        "Time and memory grow with the whole model (every pass runs through the frozen weights too); checkpoints, "
+        "Adam's moments and the influence's states with the trained parameters. The influence job's host memory "
+        f"holds min(T, influence.segment_steps) = {states_in_memory(paper)} states.",
+        "",
+        f"| model | trains | trained parameters | {unit} h in all (linear fits to power laws) | influence job's "
+        "peak memory GB | other rules' largest peak memory GB | disk per seed GB | of it influence states GB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for p in plans:
+        hours = sorted((sum(r["paper_h"] for r in p["rows"]), sum(r["paper_power_h"] for r in p["rows"])))
+        rss = {r["rule"]: r["rss_gb"] for r in p["rows"]}
+        other = max((r for r in p["rows"] if r["rule"] != "influence"), key=lambda r: r["rss_gb"])
+        lines.append(
+            f"| {p['name']} ({p['P'] / 1e9:.2f}B) | {'LoRA' if p['lora'] else 'full'} | {p['trained']:,} "
+            f"| {hours[0]:,.0f} to {hours[1]:,.0f} | {rss['influence']:,.1f} | {other['rss_gb']:,.1f} "
+            f"({other['rule']}) | {sum(p['disk'].values()) / 1e9:,.1f} "
+            f"| {p['disk']['influence states (temporary)'] / 1e9:,.2f} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
 def device_name(device: str) -> str:
     if device == "cuda":
         import torch
@@ -340,6 +456,7 @@ def main() -> None:
     ap.add_argument("--sizes", nargs="+", default=list(DEFAULT_SIZES), help="hidden width x layers")
     ap.add_argument("--steps", type=int, default=4, help="GRPO steps of each reduced workflow (even)")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--no-lora", action="store_true", help="skip the sizes again with LoRA adapters")
     ap.add_argument("--work", type=Path, default=ROOT / "cost_plan_work", help="scratch folder (deleted after)")
     ap.add_argument("--markdown", type=Path, help="also write the plan here")
     ap.add_argument("--json", type=Path, help="also write the measurements and fits here")
@@ -347,30 +464,46 @@ def main() -> None:
     args = ap.parse_args()
     if args.from_json:
         saved = json.loads(args.from_json.read_text())
-        sizes, paper_jobs, args.device, machine = saved["sizes"], saved["paper_jobs"], saved["device"], saved["machine"]
+        sizes, lora, paper_jobs = saved["sizes"], saved["lora_sizes"], saved["paper_jobs"]
+        args.device, machine = saved["device"], saved["machine"]
     else:
-        sizes, machine = [], device_name(args.device)
-        for size in args.sizes:
+        sizes, lora, machine = [], [], device_name(args.device)
+        for size, adapters in [(s, False) for s in args.sizes] + [(s, True) for s in args.sizes if not args.no_lora]:
             folder = args.work / size
             shutil.rmtree(folder, ignore_errors=True)
-            sizes.append(measure(size, args.device, args.steps, os.cpu_count() or 1, folder))
-            print(f"{size}: {sizes[-1]['params']:,} parameters, {sizes[-1]['elapsed_s']:.0f} s", flush=True)
+            found = measure(size, args.device, args.steps, os.cpu_count() or 1, folder, adapters)
+            (lora if adapters else sizes).append(found)
+            print(
+                f"{size}: {found['trainable']:,} of {found['params']:,} parameters trained, {found['elapsed_s']:.0f} s",
+                flush=True,
+            )
             shutil.rmtree(folder / "run" / "results", ignore_errors=True)
         paper_jobs = job_counts(paper_config(args.work / sizes[0]["size"] / "model"), args.work / "plan")
         shutil.rmtree(args.work, ignore_errors=True)
     paper = paper_config()
-    paper_P = paper_params()
-    rows, disk = plan(sizes, paper, paper_P, paper_jobs)
+    counts = {name: model_params(qwen2(shapes)) for name, shapes in (("1.5B", PAPER_MODEL), ("7B", QWEN_7B))}
+    paper_P = counts["1.5B"][0]
+    rows, disk = plan(sizes, paper, paper_P, paper_P, paper_jobs)
     text = markdown(sizes, rows, disk, paper_P, args.device, machine)
+    trained = {
+        f"{name} {how}": n for name, (P, adapter) in counts.items() for how, n in (("full", P), ("LoRA", adapter))
+    }
+    text += "\n" + segments_markdown(paper, trained)
+    if lora:
+        plans = []
+        for name, (P, adapter) in counts.items():
+            for series, trained in ((sizes, P), (lora, adapter)):
+                found, space = plan(series, paper, P, trained, paper_jobs)
+                plans.append(
+                    {"name": name, "lora": series is lora, "P": P, "trained": trained, "rows": found, "disk": space}
+                )
+        text += "\n" + lora_markdown(sizes, lora, plans, paper, args.device)
     print(text)
     if args.markdown:
         args.markdown.write_text(text)
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {"device": args.device, "sizes": sizes, "paper_jobs": paper_jobs, "rules": rows, "disk": disk}, indent=1
-            )
-        )
+        saved = {"device": args.device, "machine": machine, "sizes": sizes, "lora_sizes": lora}
+        args.json.write_text(json.dumps(saved | {"paper_jobs": paper_jobs, "rules": rows, "disk": disk}, indent=1))
 
 
 if __name__ == "__main__":

@@ -73,6 +73,10 @@ def test_only_the_adapters_train(lora_run, base_model_dir, cpu):
     assert any(p.detach().abs().max() > 0 for n, p in trainable.items() if "lora_B" in n)  # B left its zero start
     # 2 layers x (q: 4x64 + 64x4, v: 4x64 + 32x4) = 1,792 of the tiny model's parameters.
     assert sum(p.numel() for p in trainable.values()) == 1792 < sum(p.numel() for p in base.values())
+    # The cost plan's count, without building adapters, is peft's.
+    lora_cfg = lora_run["cfg"]["model"]["lora"]
+    plain = models.load(base_model_dir, cpu)[0]
+    assert lora.adapter_parameters(plain, lora_cfg["rank"], lora_cfg["target_modules"]) == 1792
 
 
 def test_capture_covers_the_adapters_and_every_step_adds_up(lora_run):

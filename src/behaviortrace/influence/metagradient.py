@@ -6,8 +6,8 @@ segments from the last to the first: it recomputes a segment's states from its s
 the adjoint back through each of its steps (adjoint.py). So with P trainable parameters, T steps and
 segment length K:
 
-- time: T forward steps, T - K recomputed ones (none when K >= T), and T double-backward steps (about
-  three forward-backward passes each);
+- time: T forward steps, every segment but the last recomputed (K floor((T - 1) / K) steps, none when K >= T),
+  and T double-backward steps (about three forward-backward passes each);
 - memory: the model, its optimizer, the adjoint (3P) and K states (3P each) at once; disk: the ceil(T / K)
   segment starts (3P each). K near sqrt(T) keeps both small; the default run holds every state (K >= T).
 """

@@ -114,6 +114,7 @@ def influence_job(
 
     keep = set(checked) | (set(range(end)) if inf.leave_step_out else set())  # where retraining starts
     check_disk(traj.model, end, keep, inf, Path(out_rollouts).parent)
+    check_memory(traj.model, end, inf)
     scratch = tempfile.TemporaryDirectory(dir=Path(out_rollouts).parent, prefix=".states-")
     with scratch as tmp, full_precision(traj.model):  # float64: the model's norms too (no-op in float32)
         store = StateStore(Path(tmp), "cpu")
@@ -203,6 +204,18 @@ def check_disk(model, end: int, keep: set[int], inf, folder: Path) -> None:
         "influence.segment_steps (fewer states, more recomputation), influence.leave_step_out or influence.fd_rollouts"
     )
     require_free_disk(folder, need, what, keys)
+
+
+def check_memory(model, end: int, inf) -> None:
+    """The backward sweep holds one segment's states in host memory, min(T, segment_steps) of them, 3P numbers
+    each: refused before the sweep where this job cannot take them (with the model already loaded)."""
+    from behaviortrace.common.memory import require_memory
+
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    states = min(end, max(1, inf.segment_steps))
+    need = states * 3 * params * (8 if inf.dtype == "float64" else 4)
+    what = f"the exact influence's {states} training states of a segment (3 x {params:,} numbers each, {inf.dtype})"
+    require_memory(need, what, "influence.segment_steps (fewer states in memory, more on disk)")
 
 
 def retrain(traj, store, sets: list[Zeroed], end: int, objective, batch: int) -> list[float]:

@@ -36,6 +36,19 @@ def wrap(model, lora, base_model: Path, seed: int):
         return get_peft_model(model, config)
 
 
+def adapter_parameters(model, rank: int, target_modules) -> int:
+    """The parameters LoRA would train on `model`: rank x (inputs + outputs) per targeted linear layer, counted
+    without building the adapters (the cost plan's 7B model lives on the meta device)."""
+    import torch
+
+    targets = set(target_modules)
+    return sum(
+        rank * (m.in_features + m.out_features)
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and name.rsplit(".", 1)[-1] in targets
+    )
+
+
 def is_adapter(path: Path) -> bool:
     """Whether a saved model folder holds an adapter (on a base model it names) rather than whole weights."""
     return (Path(path) / ADAPTER_CONFIG).exists()
