@@ -184,6 +184,8 @@ def du(path: Path) -> int:
 def measure(size: str, device: str, steps: int, cores: int, work: Path, lora: bool = False) -> dict:
     """The reduced workflow at one size (with LoRA adapters, `lora`): per rule its jobs, mean seconds per job and
     peak memory; disk per stage."""
+    from transformers import AutoConfig
+
     from behaviortrace.model.families import save_family
     from behaviortrace.report.cost import read_benchmarks
     from gpu_check import Workflow, reduced_config, run_side_by_side
@@ -193,8 +195,6 @@ def measure(size: str, device: str, steps: int, cores: int, work: Path, lora: bo
     model_dir = save_family(
         "qwen2_tied", work / "model", plant["trigger"], plant["marker"], hidden=hidden, layers=layers
     )
-    from transformers import AutoConfig
-
     params, adapter = model_params(AutoConfig.from_pretrained(model_dir))
     cfg = reduced_config(model_dir, device, "float32", steps, lora)
     cfg["run"] = "cost"
@@ -374,9 +374,8 @@ def segments_markdown(paper: dict, trained: dict[str, int]) -> str:
         "",
         f"T = {T} steps; each state is 3 x the trained parameters, {paper['influence']['dtype']}. A job holds "
         "min(T, K) states in host memory (refused before its forward sweep where they cannot fit, as are states the "
-        "disk cannot hold) and saves ceil(T / K) on disk; it recomputes every segment but the last. config/paper.yaml "
-        "has "
-        f"K = {chosen}.",
+        "disk cannot hold) and saves ceil(T / K) on disk; it recomputes every segment but the last. "
+        f"config/paper.yaml has K = {chosen}.",
         "",
         "| K | " + " | ".join(f"{name}: memory GB | {name}: disk GB" for name in trained) + " | steps recomputed |",
         "|---|" + "---|---|" * len(trained) + "---|",
