@@ -131,8 +131,11 @@ def states_in_memory(cfg: dict) -> int:
 
 def influence_state_bytes(cfg: dict, params: int) -> float:
     """The influence job's temporary states: 3 P numbers each (weights, Adam's moments), ceil(T / segment) of them."""
-    width = 8 if cfg["influence"]["dtype"] == "float64" else 4
-    return 3 * params * width * math.ceil(influence_end(cfg) / cfg["influence"]["segment_steps"])
+    from behaviortrace.influence.stage import state_bytes
+
+    return state_bytes(params, cfg["influence"]["dtype"]) * math.ceil(
+        influence_end(cfg) / cfg["influence"]["segment_steps"]
+    )
 
 
 def job_counts(cfg: dict, work: Path) -> dict[str, int]:
@@ -160,13 +163,10 @@ def paper_config(model_dir: Path | None = None) -> dict:
 def model_params(config) -> tuple[int, int]:
     """A model's parameters, and those LoRA's adapters (the GPU check's: rank 8 on q and v) would train, counted
     on the meta device from its transformers config: nothing is downloaded or allocated."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     from behaviortrace.model.lora import adapter_parameters
+    from gpu_check import meta_model
 
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+    model = meta_model(config)
     total = sum(p.numel() for p in model.parameters())
     return total, adapter_parameters(model, LORA["rank"], LORA["target_modules"])
 
@@ -239,6 +239,8 @@ def plan(
     """Per rule: the fit, and one paper.yaml job's and all its jobs' time and peak memory; the disk per seed. Time
     and memory grow with the model's P (the passes run through every weight); what holds trainable weights
     (checkpoints, Adam's moments, the influence's states) with the `trained` parameters (LoRA: the adapters')."""
+    from behaviortrace.influence.stage import state_bytes
+
     P = [s["params"] for s in sizes]
     largest = sizes[-1]
     reduced, target = work_units(largest["cfg"]), work_units(paper)
@@ -257,7 +259,8 @@ def plan(
             mc, ma, _ = fit(P, rss)
             rss_mb = max(mc + ma * paper_P, max(rss))
             if rule == "influence":  # the paper holds more states in memory than the few steps did
-                rss_mb += (states_in_memory(paper) - states_in_memory(largest["cfg"])) * 12 * trained / 2**20
+                more = states_in_memory(paper) - states_in_memory(largest["cfg"])
+                rss_mb += more * state_bytes(trained, paper["influence"]["dtype"]) / 2**20
         else:  # no model: the whole measured job (start-up included) times the work, an upper bound
             job_s = power_s = wall[-1] * ratio
             rss_mb = rss[-1]
@@ -365,8 +368,9 @@ def markdown(sizes: list[dict], rows: list[dict], disk: dict, paper_P: int, devi
 def segments_markdown(paper: dict, trained: dict[str, int]) -> str:
     """The influence job's states at other influence.segment_steps K: min(T, K) in host memory, ceil(T / K) on disk,
     every segment but the last recomputed (influence/metagradient.py). Arithmetic on parameter counts: no fit."""
+    from behaviortrace.influence.stage import state_bytes
+
     T = influence_end(paper)
-    width = 8 if paper["influence"]["dtype"] == "float64" else 4
     chosen = paper["influence"]["segment_steps"]
     options = sorted({T, chosen, 2 * chosen, max(1, chosen // 2), max(1, chosen // 4)}, reverse=True)
     lines = [
@@ -383,7 +387,7 @@ def segments_markdown(paper: dict, trained: dict[str, int]) -> str:
     for K in options:
         cells = []
         for params in trained.values():
-            state = 3 * params * width / 1e9
+            state = state_bytes(params, paper["influence"]["dtype"]) / 1e9
             cells.append(f"{min(T, K) * state:,.1f} | {math.ceil(T / K) * state:,.1f}")
         lines.append(f"| {K}{' (paper.yaml)' if K == chosen else ''} | {' | '.join(cells)} | {K * ((T - 1) // K)} |")
     lines.append("")

@@ -366,14 +366,20 @@ def build_model(folder: Path, **shapes) -> Path:
     return save_family(FAMILY, folder, cfg["trigger"], cfg["marker"], hidden=HIDDEN, layers=LAYERS, **shapes)
 
 
-def parameters(model_dir: Path) -> int:
-    """A saved model's parameter count, from its config (built on the meta device: nothing allocated)."""
+def meta_model(config):
+    """The model a transformers config describes, built on the meta device: shapes only, nothing allocated."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
-    return sum(p.numel() for p in model.parameters())
+        return AutoModelForCausalLM.from_config(config)
+
+
+def parameters(model_dir: Path) -> int:
+    """A saved model's parameter count, from its config."""
+    from transformers import AutoConfig
+
+    return sum(p.numel() for p in meta_model(AutoConfig.from_pretrained(model_dir)).parameters())
 
 
 def scaling_on_gpu(out: Path, limit_s: float) -> dict:
