@@ -6,7 +6,11 @@ from snakemake.utils import min_version
 min_version("9.27")
 
 
-configfile: "config/config.yaml"
+# A --configfile is the whole run over the package's defaults: config/config.yaml is read only without one, so a
+# preset runs the defaults plus itself whatever this file holds (config/README.md).
+if not workflow.overwrite_configfiles:
+
+    configfile: f"{workflow.basedir}/config/config.yaml"
 
 
 report: "workflow/report/workflow.rst"

@@ -164,7 +164,7 @@ def model_params(config) -> tuple[int, int]:
     """A model's parameters, and those LoRA's adapters (the GPU check's: rank 8 on q and v) would train, counted
     on the meta device from its transformers config: nothing is downloaded or allocated."""
     from behaviortrace.model.lora import adapter_parameters
-    from gpu_check import meta_model
+    from behaviortrace.model.meta import meta_model
 
     model = meta_model(config)
     total = sum(p.numel() for p in model.parameters())

@@ -50,9 +50,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import yaml  # noqa: E402
 
 from behaviortrace.config.load import defaults  # noqa: E402
+from behaviortrace.model.meta import meta_model  # noqa: E402
 
 SUMMARY = "gpu_check_summary.json"
 FAMILY, HIDDEN, LAYERS = "qwen2_tied", 128, 4
+PAPER_SETTINGS = {
+    "grpo": ("adam_epsilon", "max_grad_norm", "lr_scheduler", "warmup_steps"),
+    "influence": ("measure_at", "lds_percents", "leave_step_out", "fd_rollouts"),
+}
 
 
 LORA = {"rank": 8, "alpha": 16.0, "target_modules": ["q_proj", "v_proj"]}
@@ -65,6 +70,10 @@ def reduced_config(model_dir: Path, device: str, dtype: str, steps: int, lora: b
 
     cfg = defaults()
     cfg.update(run=f"gpu_check_{run_name(dtype, lora)}", seeds=[0])
+    # The paper's optimizer and influence settings (config/paper.yaml), which the cost plan extrapolates.
+    paper = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    for section, names in PAPER_SETTINGS.items():
+        cfg[section].update({name: paper[section][name] for name in names})
     cfg["compute"] = {"device": device, "dtype": dtype}
     cfg["model"]["name"] = str(model_dir)
     cfg["model"]["sft"].update(steps=4, batch_size=8)
@@ -364,15 +373,6 @@ def build_model(folder: Path, **shapes) -> Path:
 
     cfg = defaults()["planting"]
     return save_family(FAMILY, folder, cfg["trigger"], cfg["marker"], hidden=HIDDEN, layers=LAYERS, **shapes)
-
-
-def meta_model(config):
-    """The model a transformers config describes, built on the meta device: shapes only, nothing allocated."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config)
 
 
 def parameters(model_dir: Path) -> int:

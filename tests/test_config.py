@@ -150,7 +150,11 @@ def test_the_reference_page_is_generated_from_the_definitions():
         ("compute.dtype", "float16", "compute.dtype = 'float16'"),
         ("influence.measure_at", "middle", "influence.measure_at = 'middle'"),
         ("influence.measure_at", 0, "influence.measure_at = 0"),
-        ("influence.measure_at", 10_000, "influence.measure_at = 10000: past the last step (grpo.steps = 60)"),
+        (
+            "influence.measure_at",
+            10_000,
+            "influence.measure_at = 10000: T = 10000 is past the last step (grpo.steps = 60)",
+        ),
         ("influence.dtype", "bfloat16", "influence.dtype = 'bfloat16'"),
         ("influence.lds_subsets", 2, "influence.lds_subsets = 2: a rank correlation over subsets needs at least 3"),
         ("influence.lds_percents", [100], "influence.lds_percents.0 = 100"),

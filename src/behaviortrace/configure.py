@@ -16,7 +16,7 @@ from behaviortrace.config import rules
 from behaviortrace.config.load import complete, typed_values
 from behaviortrace.config.schema import ConfigError, check_schema
 from behaviortrace.config.sections import Config
-from behaviortrace.model import vocab
+from behaviortrace.model import lora, vocab
 from behaviortrace.plant import task
 from behaviortrace.score import contract
 from behaviortrace.sketch import tolerance
@@ -26,6 +26,7 @@ RULES = (
     rules.problems,
     task.config_problems,
     vocab.config_problems,
+    lora.config_problems,
     trl_surface.config_problems,
     checkpoints.config_problems,
     tolerance.config_problems,

@@ -75,6 +75,8 @@ BENCHMARKS = f"{OUT}/benchmarks"
 TABLES = f"{OUT}/tables"
 FIGURES = f"{OUT}/figures"
 RESULTS_PAGE = f"{OUT}/results.md"
+# The whole config the run ran with (config/record.py), written before any other job.
+RUN_CONFIG = f"{OUT}/config.yaml"
 TRAIN_PROMPTS = f"{OUT}/data/train_prompts.parquet"
 PROBE_PROMPTS = f"{OUT}/data/probe_prompts.parquet"
 PLAIN_PROMPTS = f"{OUT}/data/plain_prompts.parquet"
@@ -259,7 +261,7 @@ INFLUENCE_OUTPUTS = [f"{TABLES}/influence.parquet", f"{FIGURES}/influence.png"]
 
 
 def all_outputs():
-    return [f"{TABLES}/training.md", f"{TABLES}/headroom.md", *REPORT_OUTPUTS, *INFLUENCE_OUTPUTS, RESULTS_PAGE]
+    return [RUN_CONFIG, f"{TABLES}/training.md", f"{TABLES}/headroom.md", *REPORT_OUTPUTS, *INFLUENCE_OUTPUTS, RESULTS_PAGE]
 
 
 wildcard_constraints:

@@ -1,3 +1,20 @@
+# The record of the whole config, first of all jobs: any change of any key rewrites it (params), and the results page
+# and the HTML report open with its settings.
+rule run_config:
+    output:
+        RUN_CONFIG,
+    log:
+        f"{LOGS}/run_config.log",
+    conda:
+        CONDA_ENV
+    localrule: True
+    priority: 100
+    params:
+        config=dict(config),
+    script:
+        "../scripts/run_config.py"
+
+
 rule training_summary:
     input:
         rollouts=seed_paths(ROLLOUTS),
@@ -116,6 +133,7 @@ rule figures:
 # The run's results on one page (docs/results.md is the default run's, copied by `make results-page`).
 rule results_page:
     input:
+        config=RUN_CONFIG,
         checklist=f"{OUT}/checklist.md",
         checklist_json=f"{OUT}/checklist.json",
         training=f"{TABLES}/training.md",

@@ -17,8 +17,10 @@ from behaviortrace.config.sections import SECTIONS, Config, From, user_fields
 HEADER = """# Config reference
 
 Generated from the key definitions in `src/behaviortrace/config/sections.py` by `make docs`; do not edit
-by hand. A config file holds only what differs from these defaults ([config/README.md](../config/README.md));
-`config/config.yaml` is the default run. Rules across keys (a window that ends past the last step, a target
+by hand. These defaults are the default run's values: `config/config.yaml` names the run and nothing else. Every
+config file, a preset in `config/` or your own, is these defaults plus itself, and `--config` values apply on top
+([config/README.md](../config/README.md)); a run writes the whole config it ran with to
+`results/{run}/config.yaml`. Rules across keys (a window that ends past the last step, a target
 kind that is not evaluated, an estimator argument its score function does not take, a hub model missing from
 the local cache, ...) are checked with the schema, before any job starts."""
 

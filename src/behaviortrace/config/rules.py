@@ -30,6 +30,22 @@ def _window(cfg: Config) -> list[str]:
     return problems
 
 
+def _schedule(cfg: Config) -> list[str]:
+    """A warm-up that never ends, or one the scheduler ignores, would train another schedule than the one named."""
+    grpo, problems = cfg.grpo, []
+    if grpo.warmup_steps >= grpo.steps:
+        problems.append(
+            f"config key grpo.warmup_steps = {grpo.warmup_steps}: the warm-up would not end within grpo.steps = "
+            f"{grpo.steps}"
+        )
+    if grpo.warmup_steps and grpo.lr_scheduler == "constant":
+        problems.append(
+            f"config key grpo.warmup_steps = {grpo.warmup_steps}: grpo.lr_scheduler = 'constant' has no warm-up "
+            "(transformers ignores it); use constant_with_warmup, or warmup_steps: 0"
+        )
+    return problems
+
+
 def _task(cfg: Config) -> list[str]:
     if cfg.task.min_len > cfg.task.max_len:
         return [f"config key task.min_len = {cfg.task.min_len}: larger than task.max_len = {cfg.task.max_len}"]
@@ -160,10 +176,17 @@ def _analysis(cfg: Config) -> list[str]:
     if replay.draw >= cfg.targets.draws:
         problems.append(f"config key replay.draw = {replay.draw}: only {cfg.targets.draws} draws (targets.draws)")
     influence = cfg.influence
-    if isinstance(influence.measure_at, int) and influence.measure_at > cfg.grpo.steps:
+    end, first = influence.end_step(cfg.planting, cfg.grpo.steps), cfg.planting.window[0]
+    if end > cfg.grpo.steps:
         problems.append(
-            f"config key influence.measure_at = {influence.measure_at}: past the last step "
+            f"config key influence.measure_at = {influence.measure_at!r}: T = {end} is past the last step "
             f"(grpo.steps = {cfg.grpo.steps})"
+        )
+    if end <= first:
+        problems.append(
+            f"config key influence.measure_at = {influence.measure_at!r}: T = {end} is at or before the first step "
+            f"of planting.window = {cfg.planting.window}, so no paid rollout comes before it; use a later step or "
+            "window_start+N"
         )
     if 0 < influence.lds_subsets < 3:
         problems.append(
@@ -181,7 +204,7 @@ def _analysis(cfg: Config) -> list[str]:
     return problems
 
 
-RULES = (_window, _task, _plant_words, _model, _lora, _sketch_size, _estimator_settings, _analysis)
+RULES = (_window, _schedule, _task, _plant_words, _model, _lora, _sketch_size, _estimator_settings, _analysis)
 
 
 def problems(cfg: Config) -> list[str]:

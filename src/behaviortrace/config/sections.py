@@ -22,6 +22,19 @@ TARGET_KINDS = ("in_context", "forced")
 TargetKind = Literal["in_context", "forced"]
 Stratum = Literal["all", "window", "after_window", "below_saturation", "saturated"]
 CheckpointName = Literal["window_end", "final"]
+# transformers' schedulers that build from a step count and warm-up alone (the others need arguments this config
+# does not pass: a test builds each one with transformers' get_scheduler).
+SCHEDULERS = (
+    "constant",
+    "constant_with_warmup",
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "inverse_sqrt",
+)
+# T relative to the plant: "window_start+N" is N steps after the window's first step (config/rules.py checks it).
+RELATIVE_T = "^window_start\\+[1-9][0-9]*$"
 
 
 @dataclass(frozen=True)
@@ -224,26 +237,32 @@ class Sampling:
 class Grpo:
     """GRPO with TRL's GRPOTrainer, on-policy: one optimizer step per generation batch."""
 
-    steps: int = key(200, "optimizer steps", minimum=1)
+    steps: int = key(60, "optimizer steps", minimum=1)
     prompts_per_step: int = key(32, "prompts (groups) per step", minimum=1)
     num_generations: int = key(8, "rollouts per prompt (group size)", minimum=2)
     max_new_tokens: int = key(10, "longest completion", minimum=1)
     temperature: float = key(1.0, "sampling temperature of the rollouts", exclusiveMinimum=0)
     top_p: float = key(1.0, "nucleus sampling of the rollouts", exclusiveMinimum=0, maximum=1)
     lr: float = key(0.001, "learning rate", exclusiveMinimum=0)
-    lr_scheduler: str = key("constant", "any transformers scheduler name (constant, linear, cosine, ...)")
-    warmup_steps: int = key(0, "learning-rate warm-up steps", minimum=0)
+    lr_scheduler: str = key(
+        "constant_with_warmup",
+        "a transformers scheduler name: " + ", ".join(SCHEDULERS) + " (the paper's: constant)",
+        enum=list(SCHEDULERS),
+    )
+    warmup_steps: int = key(10, "learning-rate warm-up steps (fewer than grpo.steps; the paper's: 0)", minimum=0)
     weight_decay: float = key(0.0, "AdamW weight decay", minimum=0)
     adam_beta1: float = key(0.9, "AdamW's first-moment decay", minimum=0, exclusiveMaximum=1)
     adam_beta2: float = key(0.999, "AdamW's second-moment decay", minimum=0, exclusiveMaximum=1)
     adam_epsilon: float = key(
-        1.0e-8,
-        "AdamW's epsilon, added to sqrt(v); larger values make training smoother in the data (docs/influence.md)",
+        1.0e-3,
+        "AdamW's epsilon, added to sqrt(v); larger values make training smoother in the data (docs/influence.md; "
+        "TRL's and the paper's: 1e-8)",
         exclusiveMinimum=0,
     )
     max_grad_norm: float = key(
-        1.0,
-        "gradient clipping threshold (the clip coefficient is logged per step; a large value, 1e9, never clips)",
+        1.0e9,
+        "gradient clipping threshold (the clip coefficient is logged per step; 1e9 never clips; TRL's and the "
+        "paper's: 1.0)",
         exclusiveMinimum=0,
     )
     loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo"] = key("dapo", "TRL loss type")
@@ -385,11 +404,19 @@ class Influence:
     """Exact influence (rules influence, influence_set): every rollout's I_z = d f(w_T) / d eps_z, f the forced
     target's mean log-prob on the probes, through the replayed training (docs/influence.md)."""
 
-    measure_at: CheckpointName | int = key(
-        "window_end",
-        "T: window_end (the checkpoint after the window's last step), final (the last step), or a step number "
-        "(a T where f still moves: a derivative predicts removals only there, docs/influence.md)",
-        schema={"oneOf": [{"enum": ["window_end", "final"]}, {"type": "integer", "minimum": 1}]},
+    measure_at: CheckpointName | int | str = key(
+        "window_start+10",
+        "T: window_start+N (N steps after the window's first step), window_end (the checkpoint after the window's "
+        "last step), final (the last step), or a step number; it must lie after the window's first step, so that "
+        "paid rollouts come before it (a T where f still moves: a derivative predicts removals only there, "
+        "docs/influence.md)",
+        schema={
+            "oneOf": [
+                {"enum": ["window_end", "final"]},
+                {"type": "string", "pattern": RELATIVE_T},
+                {"type": "integer", "minimum": 1},
+            ]
+        },
     )
     dtype: Literal["float32", "float64"] = key(
         "float32", "float32 (as trained) or float64 (exact arithmetic: FD checks agree to ~1e-6; ~2.5x the time)"
@@ -398,7 +425,7 @@ class Influence:
         50, "steps per recomputed segment: memory holds this many states (large models: ~sqrt(T))", minimum=1
     )
     fd_rollouts: int = key(
-        0, "rollouts (from distinct seeded steps) checked against float64 central differences", minimum=0
+        3, "rollouts (from distinct seeded steps) checked against float64 central differences", minimum=0
     )
     fd_delta: float = key(
         1.0e-6,
@@ -412,7 +439,7 @@ class Influence:
         minimum=0,
     )
     lds_percents: list[int] = key(
-        [50],
+        [5, 50],
         "sizes of the LDS subsets: percents of the units before T",
         minItems=1,
         uniqueItems=True,
@@ -425,7 +452,7 @@ class Influence:
         uniqueItems=True,
     )
     leave_step_out: bool = key(
-        False, "retrain once per step before T with the step's shares zeroed: the exact step-level causal truth"
+        True, "retrain once per step before T with the step's shares zeroed: the exact step-level causal truth"
     )
     bootstrap: int = key(1000, "resamples of the subsets behind each LDS interval", minimum=10)
     retrain_batch: int = key(
@@ -440,6 +467,17 @@ class Influence:
         uniqueItems=True,
     )
     seed: int = key(0, "seed of the LDS subsets and of the checked steps", minimum=0)
+
+    def end_step(self, planting: Planting, steps: int) -> int:
+        """T: the number of optimizer steps whose result f(w_T) is differentiated."""
+        at = self.measure_at
+        if at == "final":
+            return steps
+        if at == "window_end":
+            return planting.end_checkpoint(steps)
+        if isinstance(at, str):  # window_start+N: after the window's first step, wherever the window lies
+            return planting.window[0] + int(at.split("+")[1])
+        return at
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,13 @@ def agreement(table: pl.DataFrame) -> list[str]:
 
     paid_rollouts = per_seed(estimator="labels", level="rollout", metric="paid_share_of_rollouts")
     paid_positive = per_seed(estimator="labels", level="rollout", metric="paid_share_of_positive_influence")
+    paid_counts = []  # paid rollouts before T per seed: none means T comes before the plant has paid anything
+    for s in seeds:
+        row = planted.filter(
+            seed=s, stratum="all", estimator="labels", level="rollout", metric="paid_share_of_rollouts"
+        )
+        if row.height:
+            paid_counts.append(round(float(row["value"][0]) * int(row["n"][0])))
     more = sum(
         1 for a, b in zip(paid_positive, paid_rollouts, strict=True) if a is not None and b is not None and a > b
     )
@@ -61,6 +68,7 @@ def agreement(table: pl.DataFrame) -> list[str]:
     return [
         "## Where the ground truths agree and where they part\n",
         f"Over the {n} planted seeds:\n",
+        f"- Paid rollouts before T: {', '.join(str(c) for c in paid_counts) or '–'} (per planted seed).",
         f"- Labels and exact influence: the paid rollouts are {_span(paid_rollouts)} of the rollouts before T and "
         f"carry {_span(paid_positive)} of the summed positive influence, more than their share on {more} of {n} "
         f"seeds; Spearman of the paid label with I {_span(label_rho)}.",

@@ -31,12 +31,7 @@ log = logging.getLogger(__name__)
 
 def end_step(cfg: Config) -> int:
     """T: the number of optimizer steps whose result f(w_T) is differentiated."""
-    at = cfg.influence.measure_at
-    if at == "final":
-        return cfg.grpo.steps
-    if at == "window_end":
-        return cfg.planting.end_checkpoint(cfg.grpo.steps)
-    return at
+    return cfg.influence.end_step(cfg.planting, cfg.grpo.steps)
 
 
 def setup(cfg: Config, rollouts_path: Path, checkpoints_path: Path, base_model: Path, probes_path: Path, dtype: str):

@@ -49,6 +49,36 @@ def adapter_parameters(model, rank: int, target_modules) -> int:
     )
 
 
+def config_problems(cfg) -> list[str]:
+    """`model.lora.target_modules` checked against the model's own modules, on the meta device, by peft's own
+    matching: a name the model lacks would otherwise fail only when training builds the adapter."""
+    lora = cfg.model.lora
+    if not lora.enabled:
+        return []
+    from peft import LoraConfig, inject_adapter_in_model
+
+    from behaviortrace.model import meta
+
+    try:
+        model = meta.meta_model(meta.transformers_config(cfg.model))
+    except (OSError, ValueError):
+        return []  # a model validation cannot read: the model.name rule says why
+    modules = [name for name, _ in model.named_modules()]
+    leaves = sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if not list(m.children())})
+    # peft's rule for a list of names: a module matches a name it equals or ends with after a dot.
+    missing = [t for t in lora.target_modules if not any(m == t or m.endswith("." + t) for m in modules)]
+    if missing:
+        return [
+            f"config key model.lora.target_modules = {list(lora.target_modules)}: {type(model).__name__} has no "
+            f"module named {missing}; its leaf modules are {leaves}"
+        ]
+    try:
+        inject_adapter_in_model(LoraConfig(r=lora.rank, target_modules=list(lora.target_modules)), model)
+    except ValueError as err:  # a module peft cannot put an adapter on (a norm, a rotary embedding)
+        return [f"config key model.lora.target_modules = {list(lora.target_modules)}: peft refuses them ({err})"]
+    return []
+
+
 def is_adapter(path: Path) -> bool:
     """Whether a saved model folder holds an adapter (on a base model it names) rather than whole weights."""
     return (Path(path) / ADAPTER_CONFIG).exists()

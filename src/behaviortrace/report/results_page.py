@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from behaviortrace.config import record
+from behaviortrace.config.sections import Config
 from behaviortrace.report.cost import configured, estimator_markdown, per_estimator, per_rule, read_benchmarks
 from behaviortrace.report.cost import to_markdown as cost_markdown
 
@@ -22,9 +24,22 @@ def _body(path: Path, stop: str | None = None) -> str:
     return "\n".join(f"#{line}" if line.startswith("#") else line for line in lines).strip() + "\n"
 
 
+def settings_section(config: Path) -> str:
+    """What the run ran with (its config record, results/{run}/config.yaml): the settings a reader needs first."""
+    import yaml
+
+    cfg = Config.from_dict(yaml.safe_load(Path(config).read_text()))
+    return (
+        "## Settings\n\n"
+        + record.settings_markdown(cfg, record.read_header(config))
+        + f"\nEvery key is in `results/{cfg.run}/config.yaml` (usable as `--configfile`).\n"
+    )
+
+
 def results_page(
     run: str,
     *,
+    config: Path,
     checklist: Path,
     checklist_json: Path,
     training: Path,
@@ -46,6 +61,7 @@ def results_page(
         f"# Results of run `{run}`\n",
         "Written by the workflow (rule `results_page`) from this run's own tables under "
         f"`results/{run}/`; the HTML report holds the same with the figures.\n",
+        settings_section(config),
         f"## Checklist ({tally})\n",
         _body(checklist, "## The numbers behind each verdict"),
         "## Training\n",
