@@ -7,7 +7,7 @@
 VENV ?= .venv
 PYTHON ?= python3
 
-.PHONY: run test lint docs pytest pytest-second-cpu test-slurm clean-results browser results-page
+.PHONY: run test lint docs pytest pytest-second-cpu test-slurm clean-results browser results-page paper-shape-page
 
 run: $(VENV)/.installed
 	$(VENV)/bin/snakemake --cores all
@@ -70,6 +70,11 @@ $(VENV)/.installed-test: $(VENV)/.installed
 # docs/results.md: the default run's results page (written by the workflow's results_page rule).
 results-page: results/default/results.md
 	cp results/default/results.md docs/results.md
+
+# docs/paper_shape_results.md: the results page of config/paper_shape.yaml (docs/paper.md).
+paper-shape-page: $(VENV)/.installed
+	$(VENV)/bin/snakemake --cores all --configfile config/paper_shape.yaml
+	cp results/paper_shape/results.md docs/paper_shape_results.md
 
 clean-results:
 	rm -rf results .snakemake

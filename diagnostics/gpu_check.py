@@ -221,9 +221,9 @@ def check_adapter(results: Path) -> tuple[int | None, list[str]]:
 
 
 def _item(checklist: dict, name: str):
-    """A run-level checklist item's verdict (the same under every estimator): True for a pass."""
-    verdicts = {row[name]["verdict"] for row in checklist.get("estimators", {}).values() if name in row}
-    return verdicts == {"pass"} if verdicts else None
+    """A run item's verdict: True for a pass, None where the checklist does not have it."""
+    verdict = checklist.get("run", {}).get(name, {}).get("verdict")
+    return verdict == "pass" if verdict else None
 
 
 class Workflow:

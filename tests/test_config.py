@@ -474,7 +474,10 @@ def test_plants_that_cannot_work_are_rejected_naming_the_key(path, value, expect
     validate(_with(path, "WXQZ"))  # an unused word is fine
 
 
-@pytest.mark.parametrize("measure_at, expected", [("window_end", 50), ("final", 60), (10, 10)])
+@pytest.mark.parametrize(
+    "measure_at, expected",
+    [("window_end", 50), ("final", 60), (10, 10), ("window_start+5", 5), ("window_start+10", 10)],
+)
 def test_influence_measure_at_names_a_checkpoint_or_a_step(measure_at, expected):
     """T for the exact influence: a named checkpoint of the schedule, or any step where f still moves."""
     from behaviortrace.influence.stage import end_step

@@ -396,6 +396,12 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     assert share["value"][0] == pytest.approx(carried)
     text = (out / "tables" / "influence.md").read_text()
     assert "Most influential rollouts" in text and "Where the ground truths agree and where they part" in text
+    end = summary["end"]
+    paid_before = [  # paid rollouts before T per planted seed, from the rollout logs
+        pl.read_parquet(out / f"planted{s}" / "rollouts.parquet").filter((pl.col("step") < end) & pl.col("paid")).height
+        for s in cfg["seeds"]
+    ]
+    assert f"- Paid rollouts before T: {', '.join(map(str, paid_before))} (per planted seed)." in text
     assert "Exact influence" in (out / "results.md").read_text()
     assert "lds_rollout" in (out / "checklist.md").read_text()
     # Leave-one-step-out: one retraining per step before T, each zeroing exactly that step's rollouts.

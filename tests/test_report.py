@@ -119,6 +119,32 @@ def _rows(metrics, **where):
     return [r for r in metrics.iter_rows(named=True) if all(r[k] == v for k, v in where.items())]
 
 
+def _widened_high(value, high, checklist):
+    """The upper end of a 95% interval widened to the checklist's family-wise level (report/verdicts.py)."""
+    return value + (high - value) * checklist["family"]["z"] / 1.959963984540054
+
+
+def _replicates(out, row):
+    """A metric row's bootstrap replicates, read from the evaluate job's own file of its seed and draw."""
+    table = pl.read_parquet(out / f"{row['arm']}{row['seed']}" / "metrics" / f"draw{row['draw']}.parquet")
+    keys = ("estimator", "target", "level", "stratum", "metric")
+    (hit,) = [r for r in table.iter_rows(named=True) if all(r[k] == row[k] for k in keys)]
+    return np.asarray(hit["replicates"], float)
+
+
+def _paired_cell(out, own, control, checklist, fold=False):
+    """(passes, fails) of one cell against one control: the percentile interval of own - control over their shared
+    resamples above 0; its widened interval below 0. `fold`: the control's AUC taken both ways."""
+    a, b = _replicates(out, own), _replicates(out, control)
+    value = control["value"]
+    if fold and value < 0.5:
+        b, value = 1 - b, 1 - value
+    diff = a - b
+    low, high = np.percentile(diff[np.isfinite(diff)], [2.5, 97.5])
+    point = own["value"] - value
+    return low > 0, _widened_high(point, high, checklist) < 0
+
+
 def test_random_at_chance_verdict_recomputed(finished_run, metrics, checklist):
     """Holm over the random control's three p-values of every seed and draw (rollout lift, AUROC, step lift)."""
     p_values = [
@@ -130,7 +156,7 @@ def test_random_at_chance_verdict_recomputed(finished_run, metrics, checklist):
     alpha = finished_run[1]["checklist"]["alpha"]
     # Holm rejects something exactly when the smallest p-value is at most alpha / m.
     expected = "pass" if min(p_values) > alpha / len(p_values) else "fail"
-    assert checklist["estimators"]["gas"]["random_at_chance"]["verdict"] == expected
+    assert checklist["run"]["random_at_chance"]["verdict"] == expected
 
 
 @pytest.mark.parametrize("estimator", ["gas", "trak", "norm", "random"])
@@ -148,7 +174,7 @@ def test_residualization_verdict_recomputed(metrics, checklist, estimator):
     assert rows
     expected = (
         "fail"
-        if any(r["ci_high"] < 0.5 for r in rows)
+        if any(_widened_high(r["value"], r["ci_high"], checklist) < 0.5 for r in rows)
         else "pass"
         if all(r["ci_low"] > 0.5 for r in rows)
         else "inconclusive"
@@ -157,7 +183,8 @@ def test_residualization_verdict_recomputed(metrics, checklist, estimator):
 
 
 @pytest.mark.parametrize("estimator", ["gas", "tracincp", "random", "fluency"])
-def test_beats_norm_at_rollout_level_verdict_recomputed(metrics, checklist, estimator):
+def test_beats_norm_at_rollout_level_verdict_recomputed(out, metrics, checklist, estimator):
+    """The paired difference with the norm on the shared bootstrap resamples, from the evaluate job's replicates."""
     target = "none" if estimator in ("fluency", "random") else "in_context"
     beaten, below = [], []
     for r in _rows(
@@ -179,8 +206,9 @@ def test_beats_norm_at_rollout_level_verdict_recomputed(metrics, checklist, esti
             seed=r["seed"],
             draw=r["draw"],
         )[0]
-        beaten.append(r["ci_low"] > norm["ci_high"])
-        below.append(r["ci_high"] < norm["ci_low"])
+        passes, fails = _paired_cell(out, r, norm, checklist)
+        beaten.append(passes)
+        below.append(fails)
     assert beaten
     expected = "fail" if any(below) else "pass" if all(beaten) else "inconclusive"
     assert checklist["estimators"][estimator]["beats_norm_rollout"]["verdict"] == expected
@@ -219,12 +247,11 @@ def test_beats_fluency_verdict_recomputed_with_fluency_taken_both_ways(
                 seed=r["seed"],
                 draw=r["draw"],
             )
-            straddles = f["ci_low"] <= 0.5 <= f["ci_high"]
-            low = 0.5 if straddles else max(f["ci_low"], 1 - f["ci_high"])
             high = max(f["ci_high"], 1 - f["ci_low"])
-            beaten.append(r["ci_low"] > high)
-            below.append(r["ci_high"] < low)
-            wins, cells = wins + beaten[-1], cells + 1
+            passes, fails = _paired_cell(out, r, f, checklist, fold=True)
+            beaten.append(passes)
+            below.append(fails)
+            wins, cells = wins + (r["ci_low"] > high), cells + 1  # the controls page: intervals side by side
         section = page[page.index(f"### Stratum `{stratum}`") :].split("\n### ")[0]
         if not cells:  # no checkpoint of the small run saturates
             assert "No rollouts in this stratum." in section
@@ -255,15 +282,27 @@ def test_both_ways_folds_an_auc_interval_at_chance():
 def test_checklist_lists_every_item_threshold_and_estimator(finished_run, out, checklist):
     _, cfg = finished_run
     assert checklist["thresholds"] == cfg["checklist"]
-    assert set(checklist["estimators"]) == set(cfg["estimators"]) | {"influence", "datamodel", "earlier"}
+    references = {"influence", "earlier"} | ({"datamodel"} if "datamodel" in checklist["roles"] else set())
+    assert set(checklist["estimators"]) == set(cfg["estimators"]) | references
+    instances = contract.instances(cfg["estimators"])
+    for name, role in checklist["roles"].items():
+        expected = "reference" if name in references else "method" if instances[name].uses_target else "control"
+        assert role == expected, name
     for row in checklist["estimators"].values():
         assert set(row) == set(checklist["items"])
         assert all(v["verdict"] in ("pass", "fail", "inconclusive", "n/a") and v["detail"] for v in row.values())
+    assert set(checklist["run"]) == set(checklist["run_items"])
+    # The counts are the methods' verdicts on the method items, nothing else.
+    methods = [n for n, role in checklist["roles"].items() if role == "method"]
+    tally = Counter(v["verdict"] for n in methods for v in checklist["estimators"][n].values())
+    assert checklist["counts"] == {k: tally[k] for k in ("pass", "fail", "inconclusive", "n/a")}
+    assert sum(checklist["counts"].values()) == len(methods) * len(checklist["items"])
     text = (out / "checklist.md").read_text()
     for key, value in cfg["checklist"].items():
         assert f"- `{key}`: {value}" in text
     for est in cfg["estimators"]:
         assert f"| {est} |" in text
+    assert text.index("## Can this run judge methods?") < text.index("## Methods (")
 
 
 def test_sketch_coverage_verdict_reads_every_captured_step(finished_run, out, checklist):
@@ -278,11 +317,10 @@ def test_sketch_coverage_verdict_reads_every_captured_step(finished_run, out, ch
     shards = shard_checks(stores)
     errors = np.concatenate([read_steps([p])["self_check_error"].to_numpy() for p in stores])
     assert {s["mode"] for s in shards} == {"train"} and np.isfinite(errors).all()
-    for row in checklist["estimators"].values():  # a run-level item: the same verdict in every row
-        item = row["sketch_covers_parameters"]
-        assert item["verdict"] == "pass"
-        assert item["numbers"]["max_self_check_error"] == pytest.approx(errors.max())
-        assert item["numbers"]["checked_steps"] == item["numbers"]["steps"] == len(errors)
+    item = checklist["run"]["sketch_covers_parameters"]  # a run item, judged once
+    assert item["verdict"] == "pass"
+    assert item["numbers"]["max_self_check_error"] == pytest.approx(errors.max())
+    assert item["numbers"]["checked_steps"] == item["numbers"]["steps"] == len(errors)
     # A captured store with a step left unchecked fails the item, even with a small error elsewhere.
     skipped = [dict(shards[0], checked_steps=shards[0]["steps"] - 1)] + shards[1:]
     assert sketch_covers(skipped, 1e-4).verdict == FAIL
@@ -356,8 +394,7 @@ def test_replay_has_power_verdict_recomputed(finished_run, out, checklist):
             short = oracle[0] > -cfg["checklist"]["min_oracle_drop"]
             ok.append(not short and oracle[0] < min(random))
             failed.append(short or oracle[0] >= sum(random) / len(random))
-    verdicts = {row["replay_has_power"]["verdict"] for row in checklist["estimators"].values()}
-    assert verdicts == {_three_valued(ok, failed)}
+    assert checklist["run"]["replay_has_power"]["verdict"] == _three_valued(ok, failed)
 
 
 def _three_valued(ok: list[bool], failed: list[bool]) -> str:
@@ -379,7 +416,9 @@ def test_replay_beats_random_verdict_recomputed(finished_run, out, checklist):
             random = [change for removal, matched, change in cell if matched == "gas"]
             assert len(gas) == 1 and len(random) == cfg["replay"]["random_repeats"]
             beaten.append(gas[0] < min(random))
-            failed.append(gas[0] >= sum(random) / len(random))
+            # FAIL: above every random set, where 1 / (R + 1) is within the cell's share of alpha.
+            share = cfg["checklist"]["alpha"] / checklist["family"]["method_cells"]
+            failed.append(gas[0] > max(random) and 1 / (len(random) + 1) <= share)
     verdicts = {est: row["replay_beats_random"]["verdict"] for est, row in checklist["estimators"].items()}
     assert verdicts["gas"] == _three_valued(beaten, failed)
     assert verdicts["random"] == "n/a"  # its top-scored set are a random removal: the baseline itself
@@ -446,9 +485,14 @@ def test_tracks_effect_verdict_recomputed(finished_run, metrics, checklist):
             continue
         assert len(cells) == len(cfg["seeds"]) * cfg["targets"]["draws"]
         limit = limits["min_effect_correlation"]
+        values = [
+            r["value"]
+            for r in _rows(metrics, arm="planted", estimator=estimator, stratum="all", level="effect")
+            if r["metric"] == limits["effect_metric"] and r["target"] in (limits["effect_target_kind"], "none")
+        ]
         want = (
             "fail"
-            if any(high < limit for _, high in cells)
+            if any(_widened_high(v, high, checklist) < limit for v, (_, high) in zip(values, cells, strict=True))
             else "pass"
             if all(low >= limit for low, _ in cells)
             else "inconclusive"
@@ -466,39 +510,36 @@ def _spearman_by_hand(x, y):
     return float(np.corrcoef(ranks(x), ranks(y))[0, 1])
 
 
-def _lds_verdict_by_hand(table: pl.DataFrame, name: str, level: str, limit: float, log_only: set, target: str) -> str:
-    """The LDS item's rule, from the influence table's rows: cells whose ceiling (exact influence, datamodel)
-    lies wholly below the threshold or below a log-only control are skipped; a cell passes where its interval
-    (and, unless the estimator is log-only, its margin over the log-only controls) clears, fails where one lies
-    wholly on the wrong side."""
+def _lds_verdict_by_hand(table, name, level, limit, log_only, target, checklist) -> str:
+    """The LDS item's rule, from the influence table's rows: only the cells the exact influence itself passes are
+    judged (all of them for I's own row); a cell passes where its interval (and, unless the row is log-only, its
+    margin over the log-only controls) clears, fails where one widened to the family-wise level lies wholly on the
+    wrong side."""
     value = {}
     for r in table.filter((pl.col("arm") == "planted") & (pl.col("level") == f"{level}_subset")).iter_rows(named=True):
         if r["target"] in (target, "none"):
             value[r["seed"], r["removal_percent"], r["estimator"], r["draw"], r["metric"]] = r["value"]
     cells = {(s, p) for s, p, *_ in value}
-    ceiling = ("influence", "datamodel")
-    open_cells = {
-        (s, p)
+    exact = {
+        (s, p): (value[s, p, "influence", None, "lds_low"], value[s, p, "influence", None, "lds_over_log_only_low"])
         for s, p in cells
-        if max(value[s, p, e, None, "lds_high"] for e in ceiling) >= limit
-        and max(value[s, p, e, None, "lds_over_log_only_high"] for e in ceiling) >= 0
     }
-    if not open_cells:
+    open_cells = {cell for cell, (low, margin_low) in exact.items() if low >= limit and margin_low > 0}
+    if name != "influence" and not open_cells:
         return "n/a"
     verdicts = []
     for (s, p, e, d, metric), low in value.items():
-        if e != name or metric != "lds_low" or (s, p) not in open_cells or np.isnan(value[s, p, e, d, "lds"]):
+        judged = name == "influence" or (s, p) in open_cells
+        if e != name or metric != "lds_low" or not judged or np.isnan(value[s, p, e, d, "lds"]):
             continue
-        high = value[s, p, e, d, "lds_high"]
-        margin = (
-            None
-            if name in log_only
-            else (value[s, p, e, d, "lds_over_log_only_low"], value[s, p, e, d, "lds_over_log_only_high"])
+        point, high = value[s, p, e, d, "lds"], value[s, p, e, d, "lds_high"]
+        margin = None if name in log_only else value.get((s, p, e, d, "lds_over_log_only"))
+        clears = low >= limit and (margin is None or value[s, p, e, d, "lds_over_log_only_low"] > 0)
+        below = _widened_high(point, high, checklist) < limit or (
+            margin is not None and _widened_high(margin, value[s, p, e, d, "lds_over_log_only_high"], checklist) < 0
         )
-        clears = low >= limit and (margin is None or margin[0] > 0)
-        below = high < limit or (margin is not None and margin[1] < 0)
         verdicts.append("pass" if clears else "fail" if below else "inconclusive")
-    if not verdicts:  # no judged cell, or an undefined LDS (constant scores) in every one
+    if not verdicts:  # an undefined LDS (constant scores) in every judged cell
         return "n/a"
     return "fail" if "fail" in verdicts else "inconclusive" if "inconclusive" in verdicts else "pass"
 
@@ -546,25 +587,29 @@ def test_lds_values_and_verdicts_recomputed(finished_run, out, checklist):
                 assert row["value"].to_list() == pytest.approx([by_hand], abs=1e-9, nan_ok=True)
                 checked += 1
     assert checked == len(cfg["seeds"]) * 4 * len(instances)
-    for name in [*instances, "influence", "datamodel", "earlier"]:
+    rows = [name for name in checklist["estimators"] if name != "datamodel"]  # the datamodel: unpowered here
+    assert "datamodel" not in checklist["roles"] and "datamodel is no row" in (out / "checklist.md").read_text()
+    for name in rows:
         for item, level in (("lds_rollout", "rollout"), ("lds_group", "group")):
-            expected = _lds_verdict_by_hand(table, name, level, limits["min_lds"], log_only, target)
+            expected = _lds_verdict_by_hand(table, name, level, limits["min_lds"], log_only, target, checklist)
             assert checklist["estimators"][name][item]["verdict"] == expected, (name, item)
     # Every step before T paid in this run: step_paid's rollout scores are constant, its LDS undefined, not judged.
     for item in ("lds_rollout", "lds_group"):
         verdict = checklist["estimators"]["step_paid"][item]
-        assert verdict["verdict"] == "n/a" and "undefined" in verdict["detail"], verdict
+        assert verdict["verdict"] == "n/a", verdict
 
 
 def test_positive_controls_pass_the_lds_items_and_negative_controls_fail(checklist):
-    """On the small run in the smooth regime: the exact influence passes both LDS items, and the random control,
-    the norm and earlier-is-more fail them; fluency does not pass (the items can be passed, and not by chance)."""
+    """On the small run in the smooth regime the exact influence passes both LDS items (their positive control in
+    this run); random, the norm and earlier-is-more pass neither. With 60 subsets per cell their intervals are too
+    wide to FAIL at the family-wise level: the synthetic negative controls of tests/test_checklist_items.py do."""
     items = ("lds_rollout", "lds_group")
     verdicts = {name: {row[item]["verdict"] for item in items} for name, row in checklist["estimators"].items()}
     assert verdicts["influence"] == {"pass"}, [checklist["estimators"]["influence"][i]["detail"] for i in items]
-    for name in ("random", "norm", "earlier"):
-        assert verdicts[name] == {"fail"}, [checklist["estimators"][name][i]["detail"] for i in items]
-    assert "pass" not in verdicts["fluency"]
+    for name in ("random", "norm", "earlier", "fluency"):
+        assert "pass" not in verdicts[name], [checklist["estimators"][name][i]["detail"] for i in items]
+    for item in items:
+        assert "influence" in checklist["positive_controls"][item].split(", ")
 
 
 # Items whose evidence has an interval: pass and fail only where it clears the threshold, else inconclusive.
@@ -695,7 +740,7 @@ def test_report_renders_in_headless_chromium(finished_run, tmp_path):
     [
         ([-0.9, -0.8], "pass"),  # below every random removal in both cells
         ([-0.9, -0.45], "inconclusive"),  # seed 1: below the random mean, above its lowest
-        ([-0.9, -0.3], "fail"),  # seed 1: no better than the random removals on average
+        ([-0.9, 0.1], "inconclusive"),  # seed 1: above every random set, but with 3 of them that happens 1 in 4
     ],
 )
 def test_replay_beats_random_three_valued(changes, verdict):
@@ -712,7 +757,7 @@ def test_replay_beats_random_three_valued(changes, verdict):
     ]
     table = pl.DataFrame(rows, schema_overrides={"matched_to": pl.String})
     s = table.group_by("seed", "removal", "matched_to", "removal_percent").agg(
-        pl.col("change").mean(), change_low=pl.col("change").min(), reps=pl.len()
+        pl.col("change").mean(), change_low=pl.col("change").min(), change_high=pl.col("change").max(), reps=pl.len()
     )
     got = checklist_module.replay_beats_random(s, "gas")
     assert got.verdict == verdict, got.detail
@@ -792,20 +837,19 @@ def test_stable_across_seeds_three_valued(cells, verdict):
 
 
 @pytest.mark.parametrize(
-    "corr,spread,verdict",
+    "corr,draws,verdict",
     [
-        ((0.90, 0.88, 0.92), (0.00, 0.03), "pass"),
-        ((0.81, 0.78, 0.84), (0.00, 0.03), "inconclusive"),  # the correlation's interval straddles 0.8
-        ((0.76, 0.74, 0.78), (0.00, 0.03), "fail"),  # wholly below 0.8
-        ((0.90, 0.88, 0.92), (0.02, 0.08), "inconclusive"),  # a spread above 0.05 is possible
-        ((0.90, 0.88, 0.92), (0.06, 0.12), "fail"),  # the spread is above 0.05 whatever the noise
+        ((0.90, 0.88, 0.92), [(0.70, 0.69, 0.71), (0.70, 0.69, 0.71)], "pass"),
+        ((0.81, 0.78, 0.84), [(0.70, 0.69, 0.71), (0.70, 0.69, 0.71)], "inconclusive"),  # correlation straddles 0.8
+        ((0.76, 0.74, 0.78), [(0.70, 0.69, 0.71), (0.70, 0.69, 0.71)], "fail"),  # wholly below 0.8
+        ((0.90, 0.88, 0.92), [(0.70, 0.67, 0.73), (0.75, 0.72, 0.78)], "inconclusive"),  # a spread over 0.05 possible
+        ((0.90, 0.88, 0.92), [(0.70, 0.69, 0.71), (0.80, 0.79, 0.81)], "fail"),  # the spread is over 0.05 for sure
     ],
 )
-def test_stable_across_draws_three_valued(corr, spread, verdict):
+def test_stable_across_draws_three_valued(corr, draws, verdict):
     row = {"seed": 0, "estimator": "gas", "target": "forced", "draws": 2}
     names = ("rank_correlation_min", "rank_correlation_min_ci_low", "rank_correlation_min_ci_high")
     row.update(zip(names, corr, strict=True))
-    name = "within_group_auc_fluency_resid_rollout_spread"
-    row.update({name: sum(spread) / 2, f"{name}_low": spread[0], f"{name}_high": spread[1]})
-    got = checklist_module.stable_across_draws(pl.DataFrame([row]), "gas", "forced", 0.8, 0.05)
+    metrics = _seed_rows([draws])
+    got = checklist_module.stable_across_draws(pl.DataFrame([row]), metrics, "gas", "forced", "all", 0.8, 0.05)
     assert got.verdict == verdict, got.detail

@@ -86,6 +86,29 @@ def test_every_output_exists_and_is_consistent(finished_run):
     assert "| seed |" in (out / "tables" / "training.md").read_text()
 
 
+def test_the_run_records_its_whole_config_and_its_page_opens_with_the_settings(finished_run):
+    from behaviortrace.config.load import complete
+    from behaviortrace.config.record import read_header
+
+    workdir, cfg = finished_run
+    out = workdir / "results" / cfg["run"]
+    assert yaml.safe_load((out / "config.yaml").read_text()) == complete(cfg)
+    header = read_header(out / "config.yaml")
+    assert header["behaviortrace"] and header["commit"]
+    page = (out / "results.md").read_text()
+    settings = page[page.index("## Settings") : page.index("## Checklist")]
+    assert page.index("## Settings") < page.index("## Checklist")
+    expected = [
+        f"| GRPO steps | {cfg['grpo']['steps']} of {cfg['grpo']['prompts_per_step']} prompts",
+        f"epsilon {cfg['grpo']['adam_epsilon']:g}, clipping none",
+        f"| T (exact influence) | step {cfg['planting']['window'][1] + 1} (influence.measure_at: window_end) |",
+        f"| LDS | {cfg['influence']['lds_subsets']} subsets per cell",
+        f"| commit | {header['commit']} |",
+    ]
+    for line in expected:
+        assert line in settings, line
+
+
 def test_a_failing_job_writes_its_error_into_its_own_log(tmp_path):
     """A job's traceback lands in the rule's log file (as well as on the console), not only on Snakemake's console."""
     log = tmp_path / "logs" / "rule.log"
@@ -142,6 +165,7 @@ def test_changing_one_estimator_reruns_only_its_scores_and_the_evaluation(finish
         "effect_steps": 1,  # trak's step scores beside the measured effect
         "figures": 1,
         "results_page": 1,
+        "run_config": 1,  # the record of the whole config: any key's change rewrites it
         "influence_metrics": 1,  # trak's scores against the exact influence
         "influence_figure": 1,
         "all": 1,
@@ -217,7 +241,7 @@ def test_adding_one_estimator_runs_only_its_scores_and_updates_the_tables(finish
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
     rules = sorted({rule for rule, _ in jobs})
     expected = ["aggregate", "all", "effect_steps", "evaluate", "figures", "influence_figure", "influence_metrics"]
-    assert rules == [*expected, "results_page", "score"], rules
+    assert rules == [*expected, "results_page", "run_config", "score"], rules
     scores = [w for rule, w in jobs if rule == "score"]
     # A control without a target does not depend on the generation draw: one score job per run, read by every draw.
     assert len(scores) == n_runs and all("estimator=adv_norm" in w for w in scores)

@@ -5,10 +5,10 @@ rule run_config:
         RUN_CONFIG,
     log:
         f"{LOGS}/run_config.log",
+    priority: 100
+    localrule: True
     conda:
         CONDA_ENV
-    localrule: True
-    priority: 100
     params:
         config=dict(config),
     script:
@@ -72,6 +72,8 @@ rule aggregate:
         config=config_for("run", "checklist", "evaluation"),
         arms=[arm for arm, _ in METRIC_FILES],
         log_only=[name for name, instance in ESTIMATORS.items() if instance.log_only],
+        # Target-free controls (the log-only ones among them): the bars a method is compared with, not judged.
+        controls=[name for name, instance in ESTIMATORS.items() if not instance.uses_target],
         score_keys=list(SCORE_FILES),
         # The norm instances, each with whether it takes the clip coefficient (the paper's method).
         norms={
@@ -134,6 +136,7 @@ rule figures:
 rule results_page:
     input:
         config=RUN_CONFIG,
+        influence_table=f"{TABLES}/influence.parquet",
         checklist=f"{OUT}/checklist.md",
         checklist_json=f"{OUT}/checklist.json",
         training=f"{TABLES}/training.md",
@@ -142,7 +145,14 @@ rule results_page:
         influence=f"{TABLES}/influence.md",
         paper=f"{TABLES}/paper_findings.md",
     output:
-        RESULTS_PAGE,
+        page=RESULTS_PAGE,
+        faithfulness_md=f"{TABLES}/faithfulness.md",
+        faithfulness_html=report(
+            f"{TABLES}/faithfulness.html", caption="../report/faithfulness.rst", category="0. The answer"
+        ),
+        faithfulness_figure=report(
+            f"{FIGURES}/faithfulness.png", caption="../report/faithfulness_figure.rst", category="0. The answer"
+        ),
     log:
         f"{LOGS}/results_page.log",
     benchmark:

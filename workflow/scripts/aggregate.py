@@ -15,6 +15,7 @@ aggregate_job(
     influence=Path(sm.input.influence),
     shards=[Path(s) for s in sm.input.shards],
     log_only=sm.params.log_only,
+    controls=sm.params.controls,
     norms=dict(sm.params.norms),
     outputs={k: Path(v) for k, v in sm.output.items()},
 )

@@ -11,5 +11,5 @@ results_page_job(
     inputs={name: Path(path) for name, path in sm.input.items()},
     benchmarks=Path(sm.params.benchmarks),
     estimators=set(sm.params.estimators),
-    out=Path(sm.output[0]),
+    outputs={name: Path(path) for name, path in sm.output.items()},
 )

@@ -552,9 +552,15 @@ class Checklist:
     )
     alpha: float = key(
         0.05,
-        "family-wise error of items that pass when no seed or draw rejects a null (Holm)",
+        "family-wise error of FAIL over the checklist's method cells, and of the run's random-control item (Holm)",
         exclusiveMinimum=0,
         exclusiveMaximum=1,
+    )
+    max_placebo_auc_gap: float = key(
+        0.1,
+        "the placebo item passes where every behavior-matched AUC interval lies within 0.5 plus or minus this",
+        exclusiveMinimum=0,
+        maximum=0.5,
     )
     placebo_stratum: Stratum = key(
         "window", "where the placebo's eligibility is a coin flip among behavior-showing trigger rollouts"

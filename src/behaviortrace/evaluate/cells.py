@@ -32,7 +32,13 @@ COLUMNS = [
     "ci_low",
     "ci_high",
     "n",
+    "replicates",
 ]
+# Metrics whose bootstrap replicates are kept (column `replicates`): the checklist compares an estimator with a
+# control on them as paired differences, on the same resamples of the same cell.
+PAIRED_METRICS = frozenset(
+    {"lift", "precision_at_paid", "auroc", "average_precision", "within_group_auc", "within_group_auc_fluency_resid"}
+)
 log = logging.getLogger(__name__)
 STRATA = ("all", "window", "after_window", "below_saturation", "saturated")
 
@@ -201,7 +207,10 @@ def _rows(key: dict, named: dict[str, tuple[np.ndarray, int]]) -> list[dict]:
     out = []
     for metric, (values, n) in named.items():
         value, low, high = _summary(values)
-        out.append({**key, "metric": metric, "value": value, "ci_low": low, "ci_high": high, "n": n})
+        kept = values[1:].astype(np.float32).tolist() if metric in PAIRED_METRICS and len(values) > 1 else None
+        out.append(
+            {**key, "metric": metric, "value": value, "ci_low": low, "ci_high": high, "n": n, "replicates": kept}
+        )
     return out
 
 
@@ -399,6 +408,7 @@ def _dtype(column: str):
         "value": pl.Float64,
         "ci_low": pl.Float64,
         "ci_high": pl.Float64,
+        "replicates": pl.List(pl.Float32),
     }.get(column, pl.Utf8)
 
 

@@ -110,13 +110,16 @@ def lds_sections(table: pl.DataFrame, arms_seeds: list, heads: list[str]) -> lis
             part = rows_level.filter(pl.col("removal_percent") == pct)
             unit = level.removesuffix("_subset")
             n = int(part["n"].max())
+            expected = part.filter(pl.col("metric") == "expected_lds")["value"].to_list()
             parts.append(f"## What removing data does: LDS over {n} random subsets of {pct}% of the {unit}s before T\n")
             parts.append(
                 "Spearman, over the subsets retrained with their shares zeroed, of minus the subset's summed scores "
                 "with the measured change of f(w_T), with its 95% bootstrap interval over subsets; below it the "
                 "margin over the strongest log-only control (paired resamples). `influence` is I, `datamodel` a "
-                "linear fit of the measured changes on subset membership (fit on half the subsets, scored on the "
-                "other half), `earlier` minus the step, `labels` the paid label.\n"
+                "linear fit of the measured changes on subset membership (fit on half the subsets, scored within the "
+                "other half), `earlier` minus the step, `labels` the paid label. The datamodel's LDS under an exactly "
+                f"additive truth at this design: {_span(expected)} "
+                "(below the checklist's threshold it is no positive control: too few subsets for its units).\n"
             )
             rows = []
             for e, t in _keys(part.filter(pl.col("metric") == "lds")):

@@ -23,7 +23,8 @@ window and after it, each taken where it holds rollouts.
   change of f(w_T), with `lds_low`, `lds_high` its bootstrap interval over subsets and `lds_pearson` the Pearson
   version; `lds_over_log_only` (`_low`, `_high`) its margin over the strongest log-only control on the same
   resamples. For every estimator, `influence` (I itself), `labels`, `earlier` (minus the step: earlier is more
-  influential) and `datamodel` (influence/datamodel.py: cross-fitted on the subsets themselves). Estimator
+  influential) and `datamodel` (influence/datamodel.py: cross-fitted on the subsets themselves, scored within its
+  folds, no margin; its `expected_lds` is what it would reach at this design if the truth were additive). Estimator
   `measured` holds `median_abs_change`, the scale against which the replay's noise floor (`f_end_error`) is read.
 - level step_out (leave-one-step-out, influence.leave_step_out): each step before T retrained with all its shares
   zeroed; `spearman`, `pearson` of minus each step's score with the measured change, `spearman_given_step`. For
@@ -50,9 +51,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from behaviortrace.common.seeds import cell_seed
 from behaviortrace.evaluate import correlation
 from behaviortrace.evaluate.cells import with_labels
-from behaviortrace.influence.datamodel import cross_fitted
+from behaviortrace.influence.datamodel import cross_fitted, expected_lds, within_fold_lds, within_fold_samples
 from behaviortrace.influence.lds import Resamples, interval, predicted_changes
 
 STRATA = ("all", "window", "after_window")
@@ -247,6 +249,21 @@ def step_out_rows(key: tuple, step_scores: np.ndarray, changes: np.ndarray, step
     ]
 
 
+DATAMODEL_SIMS = 20  # additive truths drawn for the datamodel's expected LDS at a design
+
+
+def datamodel_rows(key: tuple, level: str, pct: int, membership: np.ndarray, changes: np.ndarray, settings) -> list:
+    """The cross-fitted datamodel's LDS, scored within its folds, with its interval, and beside it the LDS it would
+    reach at this design if the truth were exactly additive (`expected_lds`): a reference, never compared."""
+    n = len(changes)
+    fitted = cross_fitted(membership, changes)
+    seed = cell_seed("datamodel", settings.seed, *key[:2], level, pct)
+    samples = within_fold_samples(fitted, changes, settings.bootstrap, seed)
+    rows = _with_interval(key, level, pct, n, "lds", within_fold_lds(fitted, changes), samples)
+    expected = expected_lds(membership, DATAMODEL_SIMS, seed)
+    return rows + [_row(*key, level, "all", "expected_lds", expected, n, removal_percent=pct)]
+
+
 def subset_rows(arm, seed, level, pct, members, changes, predictions: dict, n_rollouts: int, settings) -> list:
     """Every LDS row of one arm, seed, level and subset size: each attribution's LDS with its interval, the
     cross-fitted datamodel's, each margin over the log-only controls, and the median measured change (the scale
@@ -256,10 +273,10 @@ def subset_rows(arm, seed, level, pct, members, changes, predictions: dict, n_ro
     membership = np.zeros((n, n_rollouts))
     for j, m in enumerate(members):
         membership[j, m] = 1.0
-    predictions = predictions | {(None, "datamodel", "none"): cross_fitted(membership, changes)}
     rows = [
         _row(arm, seed, None, "measured", "none", name, "all", "median_abs_change", np.median(np.abs(changes)), n, pct)
     ]
+    rows += datamodel_rows((arm, seed, None, "datamodel", "none"), name, pct, membership, changes, settings)
     found = {}
     for key, predicted in predictions.items():
         out, samples = lds_rows((arm, seed, *key), name, pct, resamples, predicted)

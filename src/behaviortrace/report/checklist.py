@@ -1,15 +1,15 @@
-"""The attribution checklist: each estimator against each item, pass / fail / inconclusive / n/a, with the
-numbers behind every verdict (inconclusive: an interval of the evidence straddles the threshold, on the items
-judged by intervals: beating a control, the residualized AUC, the measured effect, the LDS). Thresholds come
-from the config's `checklist` section and are printed with the checklist.
+"""The attribution checklist: first whether the run can judge methods at all (run items), then each attribution
+method against each method item, pass / fail / inconclusive / n/a, with the numbers behind every verdict.
 
-Run-level items (the sketch, the behavior, headroom, the random control, unfindable paid rollouts, the power of the
-leave-out replay) say whether the experiment can support any claim; they get the same verdict on every
-estimator's row.
+Rows have roles. Methods (estimators that use a behavior target) are what the checklist judges and counts.
+Controls (target-free estimators, the log-only ones among them) are the bars a method must clear: their values are
+shown beside each verdict and their own verdicts are reference, never counted. References are the exact influence
+(the positive control of the causal items) and earlier-is-more (a negative one).
 
-Items that pass when no seed or draw departs from a null (the random control, the placebo) control the
-family-wise error over their checks with Holm's procedure (report/significance.py); items that pass when every
-cell beats a control are intersection-union tests and need no correction.
+An item is judged only where some method could pass it: a cell whose control sits at the metric's ceiling, or an
+LDS cell the exact influence itself does not pass, is n/a with its reason. Verdicts follow report/verdicts.py:
+pass needs every cell at 95%, FAIL needs evidence at the family-wise `alpha` over every method cell of the
+checklist, comparisons with a control are paired differences on shared bootstrap resamples.
 """
 
 from __future__ import annotations
@@ -25,30 +25,45 @@ import polars as pl
 from behaviortrace.common.markdown import markdown_table
 from behaviortrace.config.sections import Checklist
 from behaviortrace.replay.table import window_end_probes
-from behaviortrace.report.significance import holm
-from behaviortrace.report.tables import PLACEBO, PLANTED, beats_table, estimators_of, judged
+from behaviortrace.report import verdicts as V
+from behaviortrace.report.tables import KEYS, PLACEBO, PLANTED, estimators_of, judged
 
-PASS, FAIL, INCONCLUSIVE, NA = "pass", "fail", "inconclusive", "n/a"
-# Rows beside the estimators, judged on the LDS items only: the exact influence and the cross-fitted datamodel
-# (positive controls: faithful where training is smooth) and earlier-is-more (a negative one: minus the step).
+PASS, FAIL, INCONCLUSIVE, NA = V.PASS, V.FAIL, V.INCONCLUSIVE, V.NA
+METHOD, CONTROL, REFERENCE = "method", "control", "reference"
+# Reference rows, judged on the LDS items only: the exact influence (the positive control: faithful where training
+# is smooth), the cross-fitted datamodel where the influence table holds it (only at a design where an additive truth
+# would reach the threshold), and earlier-is-more (a negative control: minus the step).
 REFERENCES = ("influence", "datamodel", "earlier")
 LDS_ITEMS = ("lds_rollout", "lds_group")
-ITEMS = {
+# Metrics bounded above by 1 (a control at 1 cannot be beaten); lift's ceiling is the cell's own (`ceiling_lift`).
+BOUNDED = ("auroc", "average_precision", "precision_at_paid", "within_group_auc", "within_group_auc_fluency_resid")
+
+RUN_ITEMS = {
     "sketch_covers_parameters": "The sketch covers every trainable parameter, and per-rollout sketches add up to "
     "the step gradient's sketch (self-check): on every step against TRL's own gradient with train-time capture, "
     "on one step per shard when sketching from checkpoints",
     "behavior_emerged": "The behavior emerged: probe minus control behavior rate at the end of the window, and "
     "controls low at every checkpoint",
     "headroom": "Evaluated where there is headroom: share of paid rollouts generated at checkpoints below saturation",
-    "beats_norm_step": "Beats the norm control at step level on every seed and draw (non-overlapping intervals; "
-    "norm at its strongest step variant)",
-    "beats_norm_rollout": "Beats the norm control at rollout level on every seed and draw",
+    "random_at_chance": "The random control is at chance on every seed and draw: its rollout lift, AUROC and step "
+    "lift are consistent with a random ordering (two-sided hypergeometric, Mann-Whitney and step-permutation tests), "
+    "Holm's procedure over every check at the family-wise error `alpha`",
+    "paid_unfindable_reported": "Paid rollouts unfindable by construction (advantage 0) are counted, and their share "
+    "is small",
+    "replay_has_power": "The causal check has power: leaving out the paid set and retraining lowers the probe behavior "
+    "rate at the window's end by at least the threshold, and more than every removal of as many rollouts at random "
+    "from the same steps, on every seed and k",
+}
+ITEMS = {
+    "beats_norm_step": "Beats the norm control at step level on every seed and draw: the paired difference with the "
+    "norm (at its strongest step variant) above 0",
+    "beats_norm_rollout": "Beats the norm control at rollout level on every seed and draw (paired difference)",
     "beats_fluency": "Beats the fluency control at rollout level on every seed and draw, in every listed stratum, "
     "fluency taken both ways (max(AUC, 1 - AUC): a reversed predictor predicts as well)",
-    "beats_log_only": "Beats the log-only controls (the rollout log alone: advantage, reward, behavior, "
+    "beats_log_only": "Beats every log-only control (the rollout log alone: advantage, reward, behavior, "
     "behavior_advantage; at step level also the step's reward variance, share of active groups, and whether it "
-    "paid) at step and rollout level on every seed and draw: its interval wholly above that of the strongest of "
-    "them, on the metrics of the norm items",
+    "paid) at step and rollout level on every seed and draw, on the metrics of the norm items (paired "
+    "differences); n/a in a cell where a log-only control sits at the metric's ceiling",
     "survives_fluency_residualization": "Within-group AUC after residualizing on fluency has its interval above "
     "0.5 on every seed and draw",
     "stable_across_draws": "Stable across generation draws: rank correlation of rollout scores between draws (its "
@@ -56,33 +71,24 @@ ITEMS = {
     "draws, as far as the draws' intervals allow",
     "stable_across_seeds": "Stable across seeds: sd of the residualized within-group AUC across seeds, as far as "
     "the seeds' intervals allow, and every seed agreeing on whether its interval is above 0.5",
-    "random_at_chance": "The random control is at chance on every seed and draw: its rollout lift, AUROC and step "
-    "lift are consistent with a random ordering (two-sided hypergeometric, Mann-Whitney and step-permutation tests), "
-    "Holm's procedure over every check at the family-wise error `alpha`",
-    "placebo_no_enrichment": "No enrichment in the placebo run (no bonus paid), judged where the label is a "
-    "coin flip: among the placebo's rollouts that show the behavior with the trigger, in the `placebo_stratum`, "
-    "the eligible ones (a hash that training never saw) are not ranked above the rest, by the behavior-matched "
-    "AUC (Mann-Whitney) and step lift (step permutations); one-sided tests, Holm over every cell at `alpha`",
-    "paid_unfindable_reported": "paid rollouts unfindable by construction (advantage 0) are counted, and their share "
-    "is small",
-    "replay_has_power": "The causal check has power: leaving out the paid set and retraining lowers the probe behavior "
-    "rate at the window's end by at least the threshold, and more than every removal of as "
-    "many rollouts at random from the same steps, on every seed and k; fails where a cell's drop is short of the "
-    "threshold or no larger than the random removals' mean",
+    "placebo_no_enrichment": "No enrichment in the placebo run (no bonus paid), judged where the label is a coin "
+    "flip: among the placebo's rollouts that show the behavior with the trigger, in the `placebo_stratum`, the "
+    "eligible ones (a hash that training never saw) are ranked at chance: the behavior-matched AUC's interval "
+    "within 0.5 ± `max_placebo_auc_gap` on every cell to pass; enrichment rejected by one-sided tests (AUC and step "
+    "lift) to fail",
     "replay_beats_random": "Removing its top-scored rollouts and retraining lowers the probe behavior rate at the "
-    "window's end more than every removal of k rollouts at random from the same steps, on every seed and k; fails "
-    "where in some cell it lowers it no more than the random removals do on average",
+    "window's end more than every removal of k rollouts at random from the same steps, on every seed and k",
     "tracks_effect": "Step scores track the measured behavior change: correlation of each step's score with the "
-    "measured change of the forced target's log-prob across that step's update, on every seed and draw (beside "
-    "it, the same correlation for the number of ground-truth rollouts per step)",
-    "lds_rollout": "Predicts what removing rollouts does: the LDS over random subsets of rollouts before the "
-    "influence checkpoint, retrained with their shares zeroed (targeted estimators at `effect_target_kind`), has its "
-    "interval at or above the threshold and, for an estimator that is not log-only, its margin over the strongest "
-    "log-only control above 0, on every planted seed, draw and subset size. Fails where an interval lies wholly on "
-    "the wrong side; n/a where even the exact influence and the datamodel lie wholly below the threshold (not "
-    "attributable at this level in this regime)",
-    "lds_group": "The same over random subsets of whole groups (each zeroed group: its prompt never sampled)",
+    "measured change of the forced target's log-prob across that step's update, on every seed and draw",
+    "lds_rollout": "Predicts what removing rollouts does: the LDS over random subsets of rollouts before T, retrained "
+    "with their shares zeroed (targeted estimators at `effect_target_kind`), has its interval at or above the "
+    "threshold and its margin over the strongest log-only control above 0, on every planted seed, draw and subset "
+    "size; judged only in the cells where the exact influence itself passes",
+    "lds_group": "The same over random subsets of whole groups",
 }
+# Where each method item is shown passable when no row of a run passes it: a test in which a faithful estimator
+# passes it and a negative control fails it.
+POSITIVE_CONTROL_TESTS = {item: f"tests/test_checklist_items.py::test_{item}" for item in ITEMS}
 
 
 @dataclass
@@ -94,15 +100,6 @@ class Verdict:
 
 def _ci(row: dict) -> str:
     return f"{row['value']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
-
-
-def _all(flags) -> str:
-    return PASS if all(flags) else FAIL
-
-
-def _three(passes: list[bool], fails: list[bool]) -> str:
-    """Every cell clears: pass; one lies wholly on the wrong side: fail; otherwise the intervals straddle."""
-    return FAIL if any(fails) else PASS if all(passes) else INCONCLUSIVE
 
 
 def _cells(rows: pl.DataFrame):
@@ -119,7 +116,7 @@ def _resid_auc(metrics: pl.DataFrame, est: str, target: str, stratum: str) -> pl
     )
 
 
-# Run-level items -------------------------------------------------------------------------------------------
+# Run items --------------------------------------------------------------------------------------------------
 
 
 def sketch_covers(shards: list[dict], max_error: float) -> Verdict:
@@ -158,8 +155,9 @@ def behavior_emerged(training: pl.DataFrame, min_gap: float, max_control: float)
     peaks = {int(r["seed"]): r["plain_rate_max"] for r in rows.iter_rows(named=True)}
     text = ", ".join(f"seed {s}: {g:.2f}" for s, g in gaps.items())
     peak_text = ", ".join(f"seed {s}: {p:.2f}" for s, p in peaks.items())
+    ok = all(g >= min_gap for g in gaps.values()) and all(p <= max_control for p in peaks.values())
     return Verdict(
-        _all([*(g >= min_gap for g in gaps.values()), *(p <= max_control for p in peaks.values())]),
+        PASS if ok else FAIL,
         f"probe − control rate at window end: {text} (at least {min_gap}); highest control rate at any "
         f"checkpoint: {peak_text} (at most {max_control})",
         {"gap_by_seed": gaps, "control_max_by_seed": peaks},
@@ -183,10 +181,10 @@ def headroom(metrics: pl.DataFrame, min_share: float) -> Verdict:
 
 def _against_null(checks: list[tuple[str, float]], alpha: float) -> tuple[list[str], str]:
     """Holm over (description, p-value) checks: the rejected ones, and a line on the smallest p-value."""
-    rejected = holm([p for _, p in checks], alpha)
+    rejected = V.null_rejected([p for _, p in checks], alpha)
     off = [f"{what} (p = {p:.2g})" for (what, p), r in zip(checks, rejected, strict=True) if r]
     what, p = min(checks, key=lambda c: c[1] if c[1] == c[1] else 2.0)
-    held = f"{len(checks) - len(off)}/{len(checks)} checks hold at family-wise α = {alpha} (Holm)"
+    held = f"{len(checks) - len(off)}/{len(checks)} checks hold at family-wise α = {alpha:.2g} (Holm)"
     return off, f"{held}; smallest p {p:.2g}: {what}"
 
 
@@ -231,7 +229,89 @@ def paid_unfindable(metrics: pl.DataFrame, max_share: float) -> Verdict:
     )
 
 
-# Per-estimator items ---------------------------------------------------------------------------------------
+def _against_random(s: pl.DataFrame, removal: str) -> pl.DataFrame:
+    """Per seed and k, from the replay summary at the window's end on probes: the change in probe rate when
+    `removal`'s set is left out, beside the lowest, mean and highest change of the random sets step-matched to it."""
+    rand = s.filter((pl.col("removal") == "random") & (pl.col("matched_to") == removal)).select(
+        "seed",
+        "removal_percent",
+        random_low=pl.col("change_low"),
+        random_mean=pl.col("change"),
+        random_high=pl.col("change_high"),
+        random_reps="reps",
+    )
+    return (
+        s.filter((pl.col("removal") == removal) & pl.col("matched_to").is_null())
+        .join(rand, on=["seed", "removal_percent"], how="inner")
+        .sort("seed", "removal_percent")
+    )
+
+
+def _replay_text(both: pl.DataFrame, name: str) -> str:
+    """Each cell's numbers, and how often every cell would pass by chance if the set were no better than its
+    random matches (it is then below all R of them with probability 1 / (R + 1) per cell)."""
+    cells = "; ".join(
+        f"seed {r['seed']} removal {r['removal_percent']}%: {name}{r['change']:+.3f} vs random "
+        f"{r['random_low']:+.3f} to {r['random_high']:+.3f} (mean {r['random_mean']:+.3f})"
+        for r in both.iter_rows(named=True)
+    )
+    chance = float(np.prod(1.0 / (both["random_reps"].to_numpy() + 1.0)))
+    return f"{cells} (a set no better than random passes every cell with probability {chance:.1e})"
+
+
+def replay_has_power(s: pl.DataFrame, min_drop: float) -> Verdict:
+    """The oracle's change against the threshold and against every random removal. Without it the
+    estimators' replay item means nothing: a replay that any removal derails ranks every set as causal."""
+    both = _against_random(s, "oracle")
+    if not both.height:
+        return Verdict(NA, "no oracle and random replays to compare")
+    ok = ((both["change"] < both["random_low"]) & (both["change"] <= -min_drop)).to_list()
+    short = ((both["change"] >= both["random_mean"]) | (both["change"] > -min_drop)).to_list()
+    return Verdict(
+        V.three(ok, short),
+        f"{_replay_text(both, 'oracle ')}; oracle at most {-min_drop:+.2f} and below every random removal to pass, "
+        "above the threshold or at or above the random mean in a cell to fail, otherwise inconclusive",
+        {"cells": len(ok), "with_power": int(sum(ok))},
+    )
+
+
+# Method items -------------------------------------------------------------------------------------------------
+
+
+def _ceiling(metrics: pl.DataFrame, row: dict) -> float:
+    """The largest value `row`'s metric can take in its cell."""
+    if row["metric"] in BOUNDED:
+        return 1.0
+    if row["metric"] == "lift":
+        same = metrics.filter(
+            (pl.col("arm") == row["arm"])
+            & (pl.col("seed") == row["seed"])
+            & (pl.col("draw") == row["draw"])
+            & (pl.col("estimator") == row["estimator"])
+            & (pl.col("level") == row["level"])
+            & (pl.col("stratum") == row["stratum"])
+            & (pl.col("metric") == "ceiling_lift")
+        )
+        return float(same["value"][0]) if same.height else float("inf")
+    return float("inf")
+
+
+def replicate_index(replicates: pl.DataFrame | None) -> dict[tuple, np.ndarray]:
+    """The bootstrap replicates of each metric row, by its key (report/tables.py KEYS)."""
+    if replicates is None:
+        return {}
+    return {tuple(r[k] for k in KEYS): np.asarray(r["replicates"], float) for r in replicates.iter_rows(named=True)}
+
+
+def _replicates(index: dict[tuple, np.ndarray], row: dict) -> np.ndarray | None:
+    return index.get(tuple(row[k] for k in KEYS))
+
+
+def _fold(row: dict, reps: np.ndarray) -> tuple[dict, np.ndarray]:
+    """An AUC taken both ways: value max(v, 1 - v), each resample turned the way the value is."""
+    if row["value"] >= 0.5:
+        return row, reps
+    return {**row, "value": 1 - row["value"]}, 1 - reps
 
 
 def beats(
@@ -240,45 +320,102 @@ def beats(
     controls: list[str],
     comparisons: list[tuple[str, str, str]],
     target: str,
+    replicates: dict[tuple, np.ndarray],
+    family: V.Family = V.PER_CELL,
     two_sided: bool = False,
 ) -> Verdict:
-    """The estimator's interval wholly above the strongest control's in every cell of every (level, metric,
-    stratum) comparison; with `two_sided`, the controls taken both ways (an AUC of 0.3 counts as 0.7)."""
+    """In every cell of every (level, metric, stratum) comparison, the paired difference between the estimator and
+    each control (at step level each control at both its step variants) above 0: pass where every difference's
+    interval lies above 0, fail where a widened interval of one lies below; a cell where a control sits at the
+    metric's ceiling cannot be passed and is not judged."""
     if est in controls:
         return Verdict(NA, "is the control" if len(controls) == 1 else "is one of the controls")
-    cells, below, lines = [], [], []
+    passes, fails, lines, shut, strongest = [], [], [], [], []
     for level, metric, stratum in comparisons:
-        t = beats_table(metrics, est, controls, level, metric, stratum, target, two_sided)
-        if not t.height:
-            continue
-        cells += t["beats"].to_list()
-        below += t["below"].to_list()
-        worst = t.sort(pl.col("ci_low") - pl.col("control_high")).row(0, named=True)
-        lines.append(
-            f"{level} {metric}, {stratum}: {int(t['beats'].sum())}/{t.height} seed × draw cells; closest: seed "
-            f"{worst['seed']} draw {worst['draw']} {_ci(worst)} vs {worst['control']} upper "
-            f"{worst['control_high']:.3f}"
-        )
-    if not cells:
+        rows = judged(metrics, target, stratum).filter(pl.col("metric") == metric)
+        levels = ["step", "step_summed"] if level == "step" else [level]
+        own = rows.filter((pl.col("estimator") == est) & (pl.col("level") == level))
+        ctl = rows.filter(pl.col("estimator").is_in(controls) & pl.col("level").is_in(levels))
+        judged_cells, closest = 0, None
+        for r in own.sort("seed", "draw").iter_rows(named=True):
+            mine = _replicates(replicates, r)
+            others = ctl.filter((pl.col("seed") == r["seed"]) & (pl.col("draw") == r["draw"]))
+            if mine is None or not others.height:
+                continue
+            cell, blocked = [], None
+            for c in others.iter_rows(named=True):
+                reps = _replicates(replicates, c)
+                if reps is None:
+                    continue
+                if two_sided:
+                    c, reps = _fold(c, reps)
+                if c["value"] >= _ceiling(metrics, c) - 1e-12:
+                    blocked = c
+                    break
+                diff, low, high = V.paired(mine, reps, r["value"], c["value"])
+                cell.append((diff, low, high, c))
+            where = f"{level} {metric}, {stratum}, seed {r['seed']} draw {r['draw']}"
+            if blocked is not None:
+                shut.append(f"{where}: {blocked['estimator']} at the ceiling ({blocked['value']:.3f})")
+                continue
+            if not cell:
+                continue
+            judged_cells += 1
+            diff, low, high, c = min(cell, key=lambda x: x[0])
+            strongest.append(c["value"])
+            passes.append(all(lo > 0 for _, lo, _, _ in cell))
+            fails.append(any(V.widened_high(d, hi, family.z) < 0 for d, _, hi, _ in cell))
+            if closest is None or low < closest[1]:
+                closest = (diff, low, high, c, r)
+        if closest is not None:
+            diff, low, high, c, r = closest
+            lines.append(
+                f"{level} {metric}, {stratum}: {judged_cells} cells; closest: seed {r['seed']} draw {r['draw']} "
+                f"{r['value']:.3f} − {c['estimator']} {c['value']:.3f} = {diff:+.3f} [{low:+.3f}, {high:+.3f}]"
+            )
+    detail = "; ".join(lines)
+    if shut:
+        detail += ("; " if detail else "") + f"not judged where no method can pass: {'; '.join(shut)}"
+    if not passes:
+        if shut:
+            return Verdict(NA, f"no method can beat the controls here: {'; '.join(shut)}", {"cells": 0})
         levels = ", ".join(sorted({level for level, _, _ in comparisons}))
-        return Verdict(NA, f"no {levels}-level metrics for {est} or the controls")
+        return Verdict(NA, f"no {levels}-level metrics for {est} or the controls", {"cells": 0})
     return Verdict(
-        _three(cells, below),
-        "; ".join(lines),
-        {"cells": len(cells), "beaten": int(sum(cells)), "wholly_below": int(sum(below))},
+        V.three(passes, fails),
+        detail,
+        {"cells": len(passes), "beaten": int(sum(passes)), "fails": int(sum(fails)), "control_max": max(strongest)},
     )
 
 
-def survives_residualization(metrics: pl.DataFrame, est: str, target: str, stratum: str) -> Verdict:
+def _best_control(metrics: pl.DataFrame, controls: list[str], where) -> str:
+    """The strongest control's mean value over the cells `where` selects, for the detail of an item."""
+    rows = metrics.filter(pl.col("estimator").is_in(controls) & where)
+    if not rows.height:
+        return ""
+    best = rows.group_by("estimator").agg(pl.col("value").mean()).sort("value", descending=True).row(0, named=True)
+    return f"; strongest control: {best['estimator']} at {best['value']:.3f} (mean over cells)"
+
+
+def survives_residualization(
+    metrics: pl.DataFrame, est: str, target: str, stratum: str, family: V.Family = V.PER_CELL, controls=()
+) -> Verdict:
     rows = _resid_auc(metrics, est, target, stratum)
     if not rows.height:
         return Verdict(NA, "no residualized within-group AUC")
+    cells = [V.above(r["value"], r["ci_low"], r["ci_high"], 0.5, family.z) for r in rows.iter_rows(named=True)]
     worst = rows.sort("ci_low").row(0, named=True)
+    where = (
+        (pl.col("arm") == PLANTED)
+        & (pl.col("stratum") == stratum)
+        & (pl.col("level") == "rollout")
+        & (pl.col("metric") == "within_group_auc_fluency_resid")
+    )
     return Verdict(
-        _three([v > 0.5 for v in rows["ci_low"].to_list()], [v < 0.5 for v in rows["ci_high"].to_list()]),
+        V.three([p for p, _ in cells], [f for _, f in cells]),
         f"{int((rows['ci_low'] > 0.5).sum())}/{rows.height} cells above 0.5; lowest: seed {worst['seed']} "
-        f"draw {worst['draw']} {_ci(worst)}",
-        {"lowest_ci_low": worst["ci_low"]},
+        f"draw {worst['draw']} {_ci(worst)}{_best_control(metrics, list(controls), where)}",
+        {"cells": rows.height, "lowest_ci_low": worst["ci_low"]},
     )
 
 
@@ -293,72 +430,113 @@ def sd_range(lows: np.ndarray, highs: np.ndarray, grid: int = 2001) -> tuple[flo
     return float(nearest.std(axis=1, ddof=1).min()), float(corners.std(axis=1, ddof=1).max())
 
 
-def stable_across_draws(stability: pl.DataFrame, est: str, target: str, min_corr: float, max_spread: float) -> Verdict:
-    """Pass where the rank correlation's interval clears `min_corr` and the largest spread the draws' intervals
-    allow stays within `max_spread`; fail where the correlation's interval lies wholly below, or the smallest
-    spread they allow is above; inconclusive in between."""
+def _widened(rows: pl.DataFrame, z: float) -> tuple[np.ndarray, np.ndarray]:
+    v, lo, hi = (rows[c].to_numpy().astype(float) for c in ("value", "ci_low", "ci_high"))
+    return V.widened_low(v, lo, z), V.widened_high(v, hi, z)
+
+
+def stable_across_draws(
+    stability: pl.DataFrame,
+    metrics: pl.DataFrame,
+    est: str,
+    target: str,
+    stratum: str,
+    min_corr: float,
+    max_spread: float,
+    family: V.Family = V.PER_CELL,
+) -> Verdict:
+    """Pass where the rank correlation's interval clears `min_corr` on every seed and the largest spread the
+    draws' intervals allow stays within `max_spread`; fail where a widened correlation interval lies wholly below,
+    or the smallest spread the widened intervals allow is above; inconclusive in between."""
     rows = stability.filter((pl.col("estimator") == est) & pl.col("target").is_in([target, "none"]))
     if not rows.height or rows["draws"].min() < 2:
         return Verdict(NA, "fewer than two generation draws")
+    passes, fails = [], []
+    for r in rows.iter_rows(named=True):
+        corr, low, high = (r[f"rank_correlation_min{s}"] for s in ("", "_ci_low", "_ci_high"))
+        passes.append(low >= min_corr)
+        fails.append(V.widened_high(corr, high, family.z) < min_corr)
+    auc = _resid_auc(metrics, est, target, stratum)
+    spreads = []
+    for seed in sorted(auc["seed"].unique().to_list()):
+        own = auc.filter(pl.col("seed") == seed)
+        if own.height < 2:
+            continue
+        high95 = V.range_bounds(own["ci_low"].to_numpy(), own["ci_high"].to_numpy())[1]
+        low_fw = V.range_bounds(*_widened(own, family.z))[0]
+        spread = float(own["value"].max() - own["value"].min())
+        spreads.append((seed, spread, low_fw, high95))
+        passes.append(high95 <= max_spread)
+        fails.append(low_fw > max_spread)
     worst = rows.sort("rank_correlation_min").row(0, named=True)
-    corr, low, high = (worst[f"rank_correlation_min{s}"] for s in ("", "_ci_low", "_ci_high"))
-    spread_low = float(rows["within_group_auc_fluency_resid_rollout_spread_low"].max())
-    spread_high = float(rows["within_group_auc_fluency_resid_rollout_spread_high"].max())
-    spread = float(rows["within_group_auc_fluency_resid_rollout_spread"].max())
-    passes = low >= min_corr and spread_high <= max_spread
-    fails = high < min_corr or spread_low > max_spread
+    text = (
+        f"lowest rank correlation between draws {worst['rank_correlation_min']:.3f} "
+        f"[{worst['rank_correlation_min_ci_low']:.3f}, {worst['rank_correlation_min_ci_high']:.3f}] (at least "
+        f"{min_corr})"
+    )
+    if spreads:
+        seed, spread, low, high = max(spreads, key=lambda x: x[1])
+        text += (
+            f"; largest spread of the residualized AUC over draws {spread:.3f} (seed {seed}; up to {high:.3f} "
+            f"within the draws' intervals, at least {low:.3f} at the family-wise level; at most {max_spread})"
+        )
     return Verdict(
-        _three([passes], [fails]),
-        f"lowest rank correlation between draws {corr:.3f} [{low:.3f}, {high:.3f}] (at least {min_corr}); "
-        f"largest spread of residualized AUC {spread:.3f}, {spread_low:.3f} to {spread_high:.3f} within the draws' "
-        f"intervals (at most {max_spread})",
-        {"rank_correlation_min": corr, "resid_auc_spread_max": spread},
+        V.three(passes, fails), text, {"cells": len(passes), "rank_correlation_min": worst["rank_correlation_min"]}
     )
 
 
-def stable_across_seeds(metrics: pl.DataFrame, est: str, target: str, stratum: str, max_sd: float) -> Verdict:
+def stable_across_seeds(
+    metrics: pl.DataFrame, est: str, target: str, stratum: str, max_sd: float, family: V.Family = V.PER_CELL
+) -> Verdict:
     """Pass where the largest sd the seeds' intervals allow is within `max_sd` and the seeds agree on whether the
-    AUC is above 0.5 (every one above, or none); fail where the smallest sd they allow is above `max_sd`, or one
-    seed is wholly above 0.5 and another wholly below; inconclusive in between (a seed above, another
-    straddling)."""
+    AUC is above 0.5 (every one above, or none); fail where the smallest sd the widened intervals allow is above
+    `max_sd`, or one seed is wholly above 0.5 and another wholly below at the family-wise level; inconclusive in
+    between."""
     by_seed = (
         _resid_auc(metrics, est, target, stratum)
         .group_by("seed")
-        .agg(
-            pl.col("value").mean(),
-            pl.col("ci_low").mean(),
-            pl.col("ci_high").mean(),
-            (pl.col("ci_low") > 0.5).all().alias("above"),
-            (pl.col("ci_high") < 0.5).all().alias("below"),
-        )
+        .agg(pl.col("value").mean(), pl.col("ci_low").mean(), pl.col("ci_high").mean())
         .sort("seed")
     )
     if by_seed.height < 2:
         return Verdict(NA, "fewer than two seeds")
     sd = float(by_seed["value"].std())
-    sd_low, sd_high = sd_range(by_seed["ci_low"].to_numpy(), by_seed["ci_high"].to_numpy())
-    above, below = int(by_seed["above"].sum()), int(by_seed["below"].sum())
+    lows, highs = by_seed["ci_low"].to_numpy(), by_seed["ci_high"].to_numpy()
+    wide_lows, wide_highs = _widened(by_seed, family.z)
+    sd_high = sd_range(lows, highs)[1]
+    sd_low = sd_range(wide_lows, wide_highs)[0]
+    above, below = int((lows > 0.5).sum()), int((highs < 0.5).sum())
     agree = above in (0, by_seed.height)
     passes = sd_high <= max_sd and agree
-    fails = sd_low > max_sd or (above > 0 and below > 0)
+    fails = sd_low > max_sd or (bool((wide_lows > 0.5).any()) and bool((wide_highs < 0.5).any()))
     values = ", ".join(f"{v:.3f}" for v in by_seed["value"].to_list())
     return Verdict(
-        _three([passes], [fails]),
-        f"residualized AUC by seed {values}: sd {sd:.3f}, {sd_low:.3f} to {sd_high:.3f} within the seeds' "
-        f"intervals (at most {max_sd}); interval above 0.5 on {above}/{by_seed.height} seeds and below on {below} "
-        "(all or none above to agree)",
-        {"sd": sd, "agree": agree},
+        V.three([passes], [fails]),
+        f"residualized AUC by seed {values}: sd {sd:.3f}, up to {sd_high:.3f} within the seeds' intervals and at "
+        f"least {sd_low:.3f} at the family-wise level (at most {max_sd}); interval above 0.5 on {above}/"
+        f"{by_seed.height} seeds and below on {below} (all or none above to agree)",
+        {"cells": 1, "sd": sd, "agree": agree},
     )
 
 
-def placebo_no_enrichment(metrics: pl.DataFrame, est: str, target: str, stratum: str, alpha: float) -> Verdict:
+def placebo_no_enrichment(
+    metrics: pl.DataFrame,
+    est: str,
+    target: str,
+    stratum: str,
+    max_gap: float,
+    family: V.Family = V.PER_CELL,
+    alpha: float | None = None,
+) -> Verdict:
     """In a placebo, eligibility is a hash of (seed, rollout id, step) that training never saw, so among the
     rollouts that show the behavior with the trigger it is a coin flip: a faithful estimator ranks the eligible
-    ones at chance however strongly it responds to the behavior itself."""
+    ones at chance however strongly it responds to the behavior itself. Pass needs evidence of chance (every
+    behavior-matched AUC interval within 0.5 ± `max_gap`), FAIL evidence of enrichment (Holm over the row's
+    one-sided tests at its share of the family-wise error; `alpha` replaces that share where given)."""
     if not metrics.filter(pl.col("arm") == PLACEBO).height:
         return Verdict(NA, "no placebo run configured (placebo.enabled: false)")
     rows = judged(metrics, target, stratum, arm=PLACEBO).filter(pl.col("estimator") == est)
-    checks = []
+    checks, within = [], []
     for seed, draw, m in _cells(rows):
         auc, auc_p = m.get(("rollout", "behavior_matched_auc")), m.get(("rollout", "behavior_matched_auc_p"))
         step, band = m.get(("step", "behavior_matched_lift")), m.get(("step", "behavior_matched_lift_chance_band"))
@@ -366,65 +544,22 @@ def placebo_no_enrichment(metrics: pl.DataFrame, est: str, target: str, stratum:
         cell = f"seed {seed} draw {draw}"
         if auc and auc_p:
             checks.append((f"{cell}: AUC {_ci(auc)}", auc_p["value"]))
+            within.append(0.5 - max_gap <= auc["ci_low"] and auc["ci_high"] <= 0.5 + max_gap)
         if step and band and step_p:
             checks.append((f"{cell}: step lift {step['value']:.2f} vs null {_ci(band)}", step_p["value"]))
     if not checks:
         return Verdict(NA, f"no placebo rollouts showing the behavior with the trigger, eligible and not, in {stratum}")
-    off, line = _against_null(checks, alpha)
+    budget = alpha if alpha is not None else family.budget(len(checks))
+    off, line = _against_null(checks, budget)
     shown = "; ".join(what for what, _ in checks)
-    detail = f"{line}; {shown}" if not off else f"enriched: {'; '.join(off)}; {line}"
-    return Verdict(PASS if not off else FAIL, detail, {"checks": len(checks), "enriched": off, "alpha": alpha})
+    chance = f"AUC within 0.5 ± {max_gap} on {sum(within)}/{len(within)} cells"
+    detail = f"{chance}; {line}; {shown}" if not off else f"enriched: {'; '.join(off)}; {chance}; {line}"
+    verdict = FAIL if off else PASS if within and all(within) else INCONCLUSIVE
+    return Verdict(verdict, detail, {"cells": len(checks), "checks": len(checks), "enriched": off})
 
 
-def _against_random(s: pl.DataFrame, removal: str) -> pl.DataFrame:
-    """Per seed and k, from the replay summary at the window's end on probes: the change in probe rate when
-    `removal`'s set is left out, beside the most negative and the mean change of the random sets step-matched to
-    it. `below_random`: below every one of them; `no_better`: at or above their mean (no better than a typical
-    random set of its steps)."""
-    rand = s.filter((pl.col("removal") == "random") & (pl.col("matched_to") == removal)).select(
-        "seed", "removal_percent", random_low=pl.col("change_low"), random_mean=pl.col("change"), random_reps="reps"
-    )
-    return (
-        s.filter((pl.col("removal") == removal) & pl.col("matched_to").is_null())
-        .join(rand, on=["seed", "removal_percent"], how="inner")
-        .with_columns(
-            below_random=pl.col("change") < pl.col("random_low"),
-            no_better=pl.col("change") >= pl.col("random_mean"),
-        )
-        .sort("seed", "removal_percent")
-    )
-
-
-def _replay_text(both: pl.DataFrame, name: str) -> str:
-    """Each cell's numbers, and how often every cell would pass by chance if the set were no better than its
-    random matches (it is then below all R of them with probability 1 / (R + 1) per cell)."""
-    cells = "; ".join(
-        f"seed {r['seed']} removal {r['removal_percent']}%: {name}{r['change']:+.3f} "
-        f"vs random lowest {r['random_low']:+.3f}, mean {r['random_mean']:+.3f}"
-        for r in both.iter_rows(named=True)
-    )
-    chance = float(np.prod(1.0 / (both["random_reps"].to_numpy() + 1.0)))
-    return f"{cells} (a set no better than random passes every cell with probability {chance:.1e})"
-
-
-def replay_has_power(s: pl.DataFrame, min_drop: float) -> Verdict:
-    """The oracle's change against the threshold and against every random removal. Without it the
-    estimators' replay item means nothing: a replay that any removal derails ranks every set as causal."""
-    both = _against_random(s, "oracle")
-    if not both.height:
-        return Verdict(NA, "no oracle and random replays to compare")
-    ok = (both["below_random"] & (both["change"] <= -min_drop)).to_list()
-    short = (both["no_better"] | (both["change"] > -min_drop)).to_list()
-    return Verdict(
-        _three(ok, short),
-        f"{_replay_text(both, 'oracle ')}; oracle at most {-min_drop:+.2f} and below every random removal to pass, "
-        "above the threshold or at or above the random mean in a cell to fail, otherwise inconclusive",
-        {"cells": len(ok), "with_power": int(sum(ok))},
-    )
-
-
-def replay_beats_random(s: pl.DataFrame, est: str) -> Verdict:
-    """The estimator's change against every random removal."""
+def replay_beats_random(s: pl.DataFrame, est: str, family: V.Family = V.PER_CELL) -> Verdict:
+    """The estimator's change against every step-matched random removal (verdicts.beats_random)."""
     if est == "random":  # its top-scored set are k rollouts at random: the baseline itself
         return Verdict(NA, "is the random baseline")
     if not s.filter(pl.col("removal") == est).height:
@@ -432,17 +567,23 @@ def replay_beats_random(s: pl.DataFrame, est: str) -> Verdict:
     both = _against_random(s, est)
     if not both.height:
         return Verdict(NA, "no random replay to compare with")
-    ok = both["below_random"].to_list()
+    budget = family.budget(both.height) / both.height
+    cells = [
+        V.beats_random(r["change"], r["random_low"], r["random_high"], int(r["random_reps"]), budget)
+        for r in both.iter_rows(named=True)
+    ]
     return Verdict(
-        _three(ok, both["no_better"].to_list()),
-        f"{_replay_text(both, '')}; below every random removal to pass, at or above the random mean in a cell to "
-        "fail, otherwise inconclusive",
-        {"cells": len(ok), "beaten": int(sum(ok))},
+        V.three([p for p, _ in cells], [f for _, f in cells]),
+        f"{_replay_text(both, '')}; below every random removal to pass; above every one, where that is rare enough "
+        f"for the family-wise error ({budget:.1g} per cell), to fail; otherwise inconclusive",
+        {"cells": len(cells), "beaten": sum(p for p, _ in cells)},
     )
 
 
-def tracks_effect(metrics: pl.DataFrame, est: str, cfg: Checklist) -> Verdict:
-    """The estimator's effect correlation on every seed and draw, shown beside that of the labels' count."""
+def tracks_effect(
+    metrics: pl.DataFrame, est: str, cfg: Checklist, family: V.Family = V.PER_CELL, controls=()
+) -> Verdict:
+    """The estimator's effect correlation on every seed and draw, beside the strongest control's and the labels'."""
     effect = judged(metrics, cfg.effect_target_kind, cfg.stratum).filter(pl.col("level") == "effect")
     rows = effect.filter(pl.col("metric") == cfg.effect_metric)
     own = rows.filter(pl.col("estimator") == est).sort("seed", "draw")
@@ -451,15 +592,16 @@ def tracks_effect(metrics: pl.DataFrame, est: str, cfg: Checklist) -> Verdict:
         return Verdict(NA, "no measured effect to compare with (step log without target_change)")
     labels = rows.filter(pl.col("estimator") == "paid_per_step").sort("seed", "draw")
     limit = cfg.min_effect_correlation
-    ok = [v is not None and v >= limit for v in own["ci_low"].to_list()]
-    below = [v is None or v < limit for v in own["ci_high"].to_list()]
+    cells = [V.at_least(r["value"], r["ci_low"], r["ci_high"], limit, family.z) for r in own.iter_rows(named=True)]
     text = "; ".join(f"seed {r['seed']} draw {r['draw']}: {_ci(r)}" for r in own.iter_rows(named=True))
     paid = ", ".join(f"{v:.2f}" for v in labels.unique(["seed", "draw"], maintain_order=True)["value"].to_list())
+    best = _best_control(effect, list(controls), pl.col("metric") == cfg.effect_metric)
     return Verdict(
-        _three(ok, below),
+        V.three([p for p, _ in cells], [f for _, f in cells]),
         f"{cfg.effect_metric} {text} (interval at least {limit}); given the step number: "
-        f"{', '.join(f'{v:.2f}' for v in given.sort('seed', 'draw')['value'].to_list())}; paid count per step: {paid}",
-        {"cells": len(ok), "tracking": int(sum(ok)), "values": own["value"].to_list()},
+        f"{', '.join(f'{v:.2f}' for v in given.sort('seed', 'draw')['value'].to_list())}; paid count per step: "
+        f"{paid}{best}",
+        {"cells": len(cells), "tracking": sum(p for p, _ in cells), "values": own["value"].to_list()},
     )
 
 
@@ -479,73 +621,149 @@ def _lds_cells(influence: pl.DataFrame, level: str, target: str) -> pl.DataFrame
     return rows.pivot("metric", index=keys, values="value").sort(keys, nulls_last=False)
 
 
-def lds_item(influence: pl.DataFrame | None, est: str, level: str, log_only: list[str], cfg: Checklist) -> Verdict:
-    """Three-valued: pass where every cell's interval clears the threshold (and the margin over the log-only
-    controls clears 0), fail where one lies wholly below, inconclusive otherwise. Cells where the ceiling (the
-    exact influence and the datamodel) lies wholly below the threshold, or wholly below a log-only control, are
-    not judged: no attribution could be shown to pass there."""
+def _lds_cell(r: dict, limit: float, compare: bool, z: float) -> tuple[bool, bool]:
+    margin = (r.get("lds_over_log_only"), r.get("lds_over_log_only_low"), r.get("lds_over_log_only_high"))
+    compare = compare and margin[1] is not None
+    passes = r["lds_low"] >= limit and (not compare or margin[1] > 0)
+    fails = V.widened_high(r["lds"], r["lds_high"], z) < limit or (
+        compare and V.widened_high(margin[0], margin[2], z) < 0
+    )
+    return bool(passes), bool(fails)
+
+
+def lds_item(
+    influence: pl.DataFrame | None,
+    est: str,
+    level: str,
+    log_only: list[str],
+    cfg: Checklist,
+    family: V.Family = V.PER_CELL,
+) -> Verdict:
+    """Three-valued over the cells the exact influence itself passes (its LDS interval at or above the threshold,
+    its margin over the log-only controls above 0): no method can be shown to pass the others. The exact
+    influence's own row is judged on every cell: it is the item's positive control."""
     if influence is None:
         return Verdict(NA, "no exact influence computed")
     cells = _lds_cells(influence, level, cfg.effect_target_kind)
     if not cells.height:
         return Verdict(NA, f"no {level}-level LDS (influence.lds_levels, influence.lds_subsets)")
     limit = cfg.min_lds
-    # The ceiling of a cell: the better of I and the datamodel, on the LDS and on the margin over the log-only.
-    ceiling = (
-        cells.filter(pl.col("estimator").is_in(["influence", "datamodel"]))
-        .group_by("seed", "removal_percent")
-        .agg(
-            pl.col("lds").max().alias("ceiling"),
-            (pl.col("lds_high").max() >= limit).alias("reaches"),
-            (pl.col("lds_over_log_only_high").max() >= 0).fill_null(True).alias("beats_log"),
+    exact = cells.filter(pl.col("estimator") == "influence")
+    open_, shut = [], []
+    for r in exact.iter_rows(named=True):
+        ok, _ = _lds_cell(r, limit, True, V.Z95)
+        (open_ if ok else shut).append(r)
+    shut_text = "; ".join(
+        f"seed {r['seed']} {r['removal_percent']}%: I {r['lds']:.2f} [{r['lds_low']:.2f}, {r['lds_high']:.2f}], "
+        f"over log-only {r.get('lds_over_log_only') or 0:+.2f} [{r.get('lds_over_log_only_low') or 0:+.2f}, "
+        f"{r.get('lds_over_log_only_high') or 0:+.2f}]"
+        for r in shut
+    )
+    own = cells.filter(pl.col("estimator") == est)
+    if est != "influence":
+        keep = pl.DataFrame(
+            [{"seed": r["seed"], "removal_percent": r["removal_percent"]} for r in open_],
+            schema={"seed": own.schema["seed"], "removal_percent": own.schema["removal_percent"]},
         )
-        .with_columns(open=pl.col("reaches") & pl.col("beats_log"))
-    )
-    attributable = ceiling.filter(pl.col("open"))
-    shut = ceiling.filter(~pl.col("open")).sort("seed", "removal_percent")
-    shut_text = ", ".join(
-        f"seed {r['seed']} {r['removal_percent']}% (ceiling {r['ceiling']:.2f}"
-        + ("" if r["reaches"] else " below the threshold")
-        + ("" if r["beats_log"] else ", below a log-only control")
-        + ")"
-        for r in shut.iter_rows(named=True)
-    )
-    if not attributable.height:
-        return Verdict(NA, f"not attributable at this level in this regime: {shut_text} (threshold {limit})")
-    own = (
-        cells.filter(pl.col("estimator") == est)
-        .join(attributable.select("seed", "removal_percent"), on=["seed", "removal_percent"])
-        .sort("seed", "draw", "removal_percent")
-    )
+        if not keep.height:
+            return Verdict(
+                NA,
+                f"the exact influence itself does not pass any cell, so no method can be shown to: {shut_text} "
+                f"(threshold {limit}, margin over the strongest log-only control above 0)",
+                {"cells": 0},
+            )
+        own = own.join(keep, on=["seed", "removal_percent"])
+    own = own.filter(~pl.col("lds").is_nan()).sort("seed", "draw", "removal_percent")
     if not own.height:
-        return Verdict(NA, f"no {level}-level LDS for this estimator")
-    # A score constant over the units (a step-level control where every step before T is alike) ranks no
-    # subset: its LDS is undefined, which says nothing either way.
-    own = own.filter(~pl.col("lds").is_nan())
-    if not own.height:
-        return Verdict(NA, f"the {level}-level LDS is undefined: the scores are constant over the units before T")
-    judged_alone = est in log_only  # a log-only control is judged on the threshold alone
-    passes, fails, verdicts, lines = [], [], [], []
+        return Verdict(NA, f"no defined {level}-level LDS for this row (constant scores over the units)", {"cells": 0})
+    compare = est not in log_only  # a log-only control is judged on the threshold alone
+    lines, passes, fails = [], [], []
+    log_rows = cells.filter(pl.col("estimator").is_in(log_only))
     for r in own.iter_rows(named=True):
-        margin = (r.get("lds_over_log_only_low"), r.get("lds_over_log_only_high"))
-        compare = not judged_alone and margin[0] is not None
-        passes.append(r["lds_low"] >= limit and (not compare or margin[0] > 0))
-        fails.append(r["lds_high"] < limit or (compare and margin[1] < 0))
-        verdicts.append(_three(passes[-1:], fails[-1:]))
-        over = f", over log-only {r['lds_over_log_only']:+.2f} [{margin[0]:+.2f}, {margin[1]:+.2f}]" if compare else ""
+        p, f = _lds_cell(r, limit, compare, family.z)
+        passes.append(p)
+        fails.append(f)
+        over = ""
+        if compare and r.get("lds_over_log_only") is not None:
+            over = (
+                f", over log-only {r['lds_over_log_only']:+.2f} [{r['lds_over_log_only_low']:+.2f}, "
+                f"{r['lds_over_log_only_high']:+.2f}]"
+            )
+        strongest = log_rows.filter(
+            (pl.col("seed") == r["seed"]) & (pl.col("removal_percent") == r["removal_percent"])
+        ).sort("lds", descending=True, nulls_last=True)
+        bar = f"; strongest log-only {strongest['estimator'][0]} {strongest['lds'][0]:.2f}" if strongest.height else ""
         draw = "" if r["draw"] is None else f" draw {r['draw']}"
         lines.append(
             f"seed {r['seed']}{draw} {r['removal_percent']}%: {r['lds']:.2f} [{r['lds_low']:.2f}, "
-            f"{r['lds_high']:.2f}]{over} -> {verdicts[-1]}"
+            f"{r['lds_high']:.2f}]{over}{bar} -> {V.three([p], [f])}"
         )
-    verdict = _three(passes, fails)
     detail = f"LDS {'; '.join(lines)} (threshold {limit})"
-    if shut.height:
-        detail += f"; not judged where the ceiling cannot pass: {shut_text}"
-    return Verdict(verdict, detail, {"cells": len(verdicts), **Counter(verdicts)})
+    if shut and est != "influence":
+        detail += f"; not judged where the exact influence does not pass: {shut_text}"
+    return Verdict(
+        V.three(passes, fails),
+        detail,
+        {"cells": len(passes), **Counter(V.three([p], [f]) for p, f in zip(passes, fails, strict=True))},
+    )
 
 
-# Assembly -------------------------------------------------------------------------------------------------
+# Assembly -----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    """The checklist of one run: its run items, each row's method items, each row's role, the family of method
+    cells whose false FAILs are controlled, and each method item's positive control."""
+
+    run: dict[str, Verdict]
+    rows: dict[str, dict[str, Verdict]]
+    roles: dict[str, str]
+    family: V.Family
+    positive: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def methods(self) -> list[str]:
+        return [name for name, role in self.roles.items() if role == METHOD]
+
+    def can_judge(self) -> tuple[bool, list[str]]:
+        """Whether the run can judge methods: every run item passes or is n/a."""
+        failing = [item for item, v in self.run.items() if v.verdict not in (PASS, NA)]
+        return not failing, failing
+
+
+def _method_row(est, metrics, stability, replayed, cfg, log_only, controls, influence, replicates, family) -> dict:
+    target, stratum = cfg.target_kind, cfg.stratum
+    step = ("step", cfg.step_metric, stratum)
+    rollout = ("rollout", cfg.rollout_metric, stratum)
+    return {
+        "beats_norm_step": beats(metrics, est, ["norm"], [step], target, replicates, family),
+        "beats_norm_rollout": beats(metrics, est, ["norm"], [rollout], target, replicates, family),
+        "beats_fluency": beats(
+            metrics,
+            est,
+            ["fluency"],
+            [("rollout", cfg.fluency_metric, s) for s in cfg.fluency_strata],
+            target,
+            replicates,
+            family,
+            two_sided=True,
+        ),
+        "beats_log_only": beats(metrics, est, log_only, [step, rollout], target, replicates, family)
+        if log_only
+        else Verdict(NA, "no log-only control configured"),
+        "survives_fluency_residualization": survives_residualization(metrics, est, target, stratum, family, controls),
+        "stable_across_draws": stable_across_draws(
+            stability, metrics, est, target, stratum, cfg.min_draw_rank_correlation, cfg.max_draw_spread, family
+        ),
+        "stable_across_seeds": stable_across_seeds(metrics, est, target, stratum, cfg.max_seed_sd, family),
+        "placebo_no_enrichment": placebo_no_enrichment(
+            metrics, est, target, cfg.placebo_stratum, cfg.max_placebo_auc_gap, family
+        ),
+        "replay_beats_random": replay_beats_random(replayed, est, family),
+        "tracks_effect": tracks_effect(metrics, est, cfg, family, controls),
+    } | {item: lds_item(influence, est, item.removeprefix("lds_"), log_only, cfg, family) for item in LDS_ITEMS}
 
 
 def build(
@@ -557,12 +775,19 @@ def build(
     cfg: Checklist,
     log_only: list[str],
     influence: pl.DataFrame | None = None,
-) -> dict[str, dict[str, Verdict]]:
-    """{estimator: {item: Verdict}} for every item in ITEMS; `log_only` names the log-only controls; `influence`
-    is the exact-influence table (influence/table.py), None where none was computed."""
-    target, stratum = cfg.target_kind, cfg.stratum
+    replicates: pl.DataFrame | None = None,
+    controls: list[str] | None = None,
+) -> Result:
+    """The checklist. `log_only` and `controls` name the log-only and all target-free controls among the estimators
+    (every other estimator is a method); `influence` is the exact-influence table (influence/table.py), None where
+    none was computed; `replicates` the bootstrap replicates of the metrics (report/tables.py collect_metrics).
+
+    Two passes: the first counts every method cell (at 95% each), the second judges with FAIL controlled over all
+    of them."""
+    controls = sorted(set(controls or []) | set(log_only))
     replayed = window_end_probes(replay)
-    run_level = {
+    replicates = replicate_index(replicates)
+    run = {
         "sketch_covers_parameters": sketch_covers(shards, cfg.max_self_check_error),
         "behavior_emerged": behavior_emerged(training, cfg.min_behavior_gap, cfg.max_plain_rate),
         "headroom": headroom(metrics, cfg.min_unsaturated_paid_share),
@@ -570,89 +795,113 @@ def build(
         "paid_unfindable_reported": paid_unfindable(metrics, cfg.max_unfindable_share),
         "replay_has_power": replay_has_power(replayed, cfg.min_oracle_drop),
     }
-    table = {}
-    for est in estimators_of(metrics):
-        row = {
-            "beats_norm_step": beats(metrics, est, ["norm"], [("step", cfg.step_metric, stratum)], target),
-            "beats_norm_rollout": beats(metrics, est, ["norm"], [("rollout", cfg.rollout_metric, stratum)], target),
-            "beats_fluency": beats(
-                metrics,
-                est,
-                ["fluency"],
-                [("rollout", cfg.fluency_metric, s) for s in cfg.fluency_strata],
-                target,
-                two_sided=True,
-            ),
-            "beats_log_only": beats(
-                metrics,
-                est,
-                log_only,
-                [("step", cfg.step_metric, stratum), ("rollout", cfg.rollout_metric, stratum)],
-                target,
-            )
-            if log_only
-            else Verdict(NA, "no log-only control configured"),
-            "survives_fluency_residualization": survives_residualization(metrics, est, target, stratum),
-            "stable_across_draws": stable_across_draws(
-                stability, est, target, cfg.min_draw_rank_correlation, cfg.max_draw_spread
-            ),
-            "stable_across_seeds": stable_across_seeds(metrics, est, target, stratum, cfg.max_seed_sd),
-            "placebo_no_enrichment": placebo_no_enrichment(metrics, est, target, cfg.placebo_stratum, cfg.alpha),
-            "replay_beats_random": replay_beats_random(replayed, est),
-            "tracks_effect": tracks_effect(metrics, est, cfg),
-        } | {item: lds_item(influence, est, item.removeprefix("lds_"), log_only, cfg) for item in LDS_ITEMS}
-        table[est] = {item: (run_level | row)[item] for item in ITEMS}
+    names = estimators_of(metrics)
+    roles = {name: CONTROL if name in controls else METHOD for name in names}
+    args = (metrics, stability, replayed, cfg, log_only, controls, influence, replicates)
+    first = {est: _method_row(est, *args, V.PER_CELL) for est in names if roles[est] == METHOD}
+    family = V.Family(cfg.alpha, sum(v.numbers.get("cells", 0) for row in first.values() for v in row.values()))
+    rows = {est: _method_row(est, *args, family) for est in names}
+    notes = []
     if influence is not None:
-        reference = Verdict(NA, "a reference row: judged on the run-level and LDS items only")
-        for name in REFERENCES:
-            table[name] = (
-                {item: reference for item in ITEMS}
-                | run_level
-                | {item: lds_item(influence, name, item.removeprefix("lds_"), log_only, cfg) for item in LDS_ITEMS}
+        present = set(influence["estimator"].unique().to_list())
+        expected = influence.filter((pl.col("estimator") == "datamodel") & (pl.col("metric") == "expected_lds"))
+        if expected.height and expected["value"].max() < cfg.min_lds:
+            present.discard("datamodel")
+            notes.append(
+                f"The cross-fitted datamodel is no row: under an exactly additive truth it would reach an LDS of "
+                f"{expected['value'].min():.2f} to {expected['value'].max():.2f} at this run's design (subsets per "
+                f"cell against units), below the threshold {cfg.min_lds}; it cannot show that a method could pass."
             )
-    return table
+        reference = Verdict(NA, "a reference row: judged on the LDS items only")
+        for name in (n for n in REFERENCES if n in present):
+            roles[name] = REFERENCE
+            rows[name] = {item: reference for item in ITEMS} | {
+                item: lds_item(influence, name, item.removeprefix("lds_"), log_only, cfg, family) for item in LDS_ITEMS
+            }
+    positive = {}
+    for item in ITEMS:
+        passing = [name for name, row in rows.items() if row[item].verdict == PASS]
+        positive[item] = ", ".join(passing) if passing else POSITIVE_CONTROL_TESTS[item]
+    return Result(run, rows, roles, family, positive, notes)
 
 
-def to_json(table: dict[str, dict[str, Verdict]], cfg: Checklist) -> str:
+def counts(result: Result) -> dict[str, int]:
+    """Verdicts on the method items of the methods only."""
+    found = Counter(v.verdict for name in result.methods for v in result.rows[name].values())
+    return {k: found[k] for k in (PASS, FAIL, INCONCLUSIVE, NA)}
+
+
+def to_json(result: Result, cfg: Checklist) -> str:
+    ok, failing = result.can_judge()
     return json.dumps(
         {
             "thresholds": asdict(cfg),
+            "run_items": RUN_ITEMS,
             "items": ITEMS,
-            "estimators": {e: {i: asdict(v) for i, v in row.items()} for e, row in table.items()},
+            "run": {item: asdict(v) for item, v in result.run.items()},
+            "can_judge_methods": ok,
+            "run_items_not_passed": failing,
+            "roles": result.roles,
+            "family": {"alpha": result.family.alpha, "method_cells": result.family.cells, "z": result.family.z},
+            "positive_controls": result.positive,
+            "notes": result.notes,
+            "counts": counts(result),
+            "estimators": {e: {i: asdict(v) for i, v in row.items()} for e, row in result.rows.items()},
         },
         indent=2,
         default=float,
     )
 
 
-def to_markdown(table: dict[str, dict[str, Verdict]], cfg: Checklist, run: str) -> str:
+def _mark(verdict: str, role: str) -> str:
+    mark = {PASS: "pass", FAIL: "**FAIL**", INCONCLUSIVE: "inconclusive", NA: "n/a"}[verdict]
+    return mark if role == METHOD or verdict == NA else f"({mark})"
+
+
+def to_markdown(result: Result, cfg: Checklist, run: str) -> str:
     items = list(ITEMS)
-    mark = {PASS: "pass", FAIL: "**FAIL**", INCONCLUSIVE: "inconclusive", NA: "n/a"}
-    rows = [[est, *[mark[table[est][i].verdict] for i in items]] for est in table]
+    ok, failing = result.can_judge()
+    tally = counts(result)
+    order = sorted(result.rows, key=lambda n: ({METHOD: 0, REFERENCE: 1, CONTROL: 2}[result.roles[n]], n))
+    rows = [[name, result.roles[name], *[_mark(result.rows[name][i].verdict, result.roles[name]) for i in items]]
+            for name in order]  # fmt: skip
+    verdict = "yes" if ok else f"no: {', '.join(f'`{i}`' for i in failing)} did not pass"
     parts = [
         f"# Attribution checklist — run `{run}`\n",
-        f"Targeted estimators are judged with the `{cfg.target_kind}` target, in stratum `{cfg.stratum}` "
-        "unless an item says otherwise. Columns are numbered; the items and the numbers behind each verdict "
-        "follow the table.\n",
-        markdown_table(["estimator", *[f"{n + 1}" for n in range(len(items))]], rows),
-        "## Items\n",
+        f"## Can this run judge methods? {verdict}\n",
+        "Run items say whether the experiment can support any claim; each is judged once.\n",
+        markdown_table(
+            ["item", "verdict", "numbers"],
+            [[f"`{i}`", result.run[i].verdict, result.run[i].detail] for i in RUN_ITEMS],
+        ),
+        f"## Methods ({tally[PASS]} pass, {tally[FAIL]} fail, {tally[INCONCLUSIVE]} inconclusive, {tally[NA]} n/a)\n",
+        f"Methods ({', '.join(result.methods) or 'none'}) are judged and counted. Controls are the bars a method "
+        "must clear and references the exact influence (positive) and earlier-is-more (negative): their verdicts, "
+        "in parentheses, are reference only. Targeted estimators are judged with the "
+        f"`{cfg.target_kind}` target, in stratum `{cfg.stratum}` unless an item says otherwise. Pass needs every "
+        f"cell at 95%; FAIL needs evidence at the family-wise α = {cfg.alpha} over the {result.family.cells} method "
+        f"cells (intervals widened to z = {result.family.z:.2f}); the rest is inconclusive.\n",
+        markdown_table(["row", "role", *[f"{n + 1}" for n in range(len(items))]], rows),
+        *[f"{note}\n" for note in result.notes],
+        "### Items\n",
     ]
-    parts += [f"{n + 1}. `{item}`: {ITEMS[item]}." for n, item in enumerate(items)]
-    parts.append("\n## Thresholds (config key `checklist`)\n")
+    parts += [
+        f"{n + 1}. `{item}`: {ITEMS[item]}. Positive control: {result.positive[item]}." for n, item in enumerate(items)
+    ]
+    parts.append("\n### Thresholds (config key `checklist`)\n")
     parts += [f"- `{k}`: {v}" for k, v in asdict(cfg).items()]
     parts.append("\n## The numbers behind each verdict\n")
     for n, item in enumerate(items):
         parts.append(f"### {n + 1}. `{item}`\n")
-        details = {est: table[est][item] for est in table}
+        details = {name: result.rows[name][item] for name in order}
         if len({(v.verdict, v.detail) for v in details.values()}) == 1:
             v = next(iter(details.values()))
-            parts.append(f"- every estimator ({v.verdict}): {v.detail}")
+            parts.append(f"- every row ({v.verdict}): {v.detail}")
         else:
-            parts += [f"- {est} ({v.verdict}): {v.detail}" for est, v in details.items()]
+            parts += [f"- {name} ({result.roles[name]}, {v.verdict}): {v.detail}" for name, v in details.items()]
         parts.append("")
     return "\n".join(parts)
 
 
-def verdict_counts(table: dict[str, dict[str, Verdict]]) -> dict[str, int]:
-    counts = Counter(v.verdict for row in table.values() for v in row.values())
-    return {k: counts[k] for k in (PASS, FAIL, INCONCLUSIVE, NA)}
+def verdict_counts(result: Result) -> dict[str, int]:
+    return counts(result)

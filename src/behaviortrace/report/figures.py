@@ -2,11 +2,15 @@
 token alignment, the leave-out replay, and step scores against the measured behavior change.
 
 Every panel plots one point per seed and draw with its 95% cluster-bootstrap interval, so the spread
-between seeds and draws is visible rather than averaged away.
+between seeds and draws is visible rather than averaged away. Estimators are rows (one line each, however many
+there are), so their names never overlap; every saved figure records the tick labels that collide, if any, in
+its PNG metadata (`label_collisions`), which the tests read.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 from pathlib import Path
 
 import matplotlib
@@ -19,6 +23,8 @@ from behaviortrace.replay.table import label, window_end_probes  # noqa: E402
 from behaviortrace.report.tables import PLANTED, judged  # noqa: E402
 
 DPI = 110
+ROW_INCHES = 0.26  # height of one estimator's row
+log = logging.getLogger(__name__)
 # Step scores drawn against the measured change (those in the run's effect_steps table).
 EFFECT_FIGURE_ESTIMATORS = ["adam_tracin", "tracincp", "gas", "norm", "behavior_advantage"]
 # Rollout-level metrics side by side: raw, then those the log-only controls cannot win by construction.
@@ -30,10 +36,28 @@ MATCHED_PANELS = [
 ]
 
 
+def label_collisions(fig) -> list[str]:
+    """Pairs of tick labels of one axis whose drawn boxes overlap."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    found = []
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            labels = [t for t in axis.get_ticklabels() if t.get_visible() and t.get_text()]
+            boxes = [t.get_window_extent(renderer) for t in labels]
+            for (a, box_a), (b, box_b) in itertools.combinations(zip(labels, boxes, strict=True), 2):
+                if box_a.overlaps(box_b):
+                    found.append(f"{a.get_text()} / {b.get_text()}")
+    return found
+
+
 def _save(fig, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=DPI, bbox_inches="tight")
+    collisions = label_collisions(fig)
+    if collisions:
+        log.warning("%s: tick labels overlap: %s", path.name, "; ".join(collisions))
+    fig.savefig(tmp, dpi=DPI, bbox_inches="tight", metadata={"Label collisions": "; ".join(collisions) or "none"})
     plt.close(fig)
     tmp.replace(path)
 
@@ -61,8 +85,16 @@ def behavior_rates(behavior: list[tuple[str, pl.DataFrame]], window: list[int], 
     _save(fig, path)
 
 
+def _rows_figure(panels: int, rows: int, width: float = 4.6):
+    """A figure of `panels` side by side, each with `rows` estimator rows (top to bottom), sharing the rows."""
+    fig, axes = plt.subplots(
+        1, panels, figsize=(width * panels, ROW_INCHES * max(rows, 4) + 1.3), sharey=True, squeeze=False
+    )
+    return fig, axes
+
+
 def _estimator_points(ax, rows: pl.DataFrame, estimators: list[str]) -> None:
-    """Per estimator: one point per seed (colour) and draw (offset), with its interval."""
+    """Per estimator (a row, top to bottom): one point per seed (colour) and draw (offset), with its interval."""
     seeds = sorted(rows["seed"].unique().to_list())
     draws = sorted(rows["draw"].unique().to_list())
     colors = plt.get_cmap("tab10")
@@ -73,18 +105,19 @@ def _estimator_points(ax, rows: pl.DataFrame, estimators: list[str]) -> None:
                 r = rows.filter((pl.col("estimator") == est) & (pl.col("seed") == seed) & (pl.col("draw") == draw))
                 if not r.height:
                     continue
-                x = i - 0.4 + width * (j * len(draws) + k + 0.5)
+                y = i - 0.4 + width * (j * len(draws) + k + 0.5)
                 v, lo, hi = r["value"][0], r["ci_low"][0], r["ci_high"][0]
                 ax.errorbar(
-                    [x],
                     [v],
-                    yerr=[[max(v - lo, 0)], [max(hi - v, 0)]],
+                    [y],
+                    xerr=[[max(v - lo, 0)], [max(hi - v, 0)]],
                     fmt="o",
-                    ms=4,
+                    ms=3,
                     color=colors(j),
                     label=f"seed {seed}" if i == 0 and k == 0 else None,
                 )
-    ax.set_xticks(range(len(estimators)), estimators, rotation=30, ha="right")
+    ax.set_yticks(range(len(estimators)), estimators)
+    ax.set_ylim(len(estimators) - 0.5, -0.5)
 
 
 def _estimators(rows: pl.DataFrame) -> list[str]:
@@ -109,15 +142,16 @@ def _estimators(rows: pl.DataFrame) -> list[str]:
 def lift(metrics: pl.DataFrame, target: str, path: Path) -> None:
     """Lift at step and rollout level, with chance (1) and each seed's ceiling marked."""
     rows = judged(metrics, target)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4), squeeze=False)
+    lifts = rows.filter(pl.col("metric") == "lift")
+    ests = _estimators(lifts)
+    fig, axes = _rows_figure(2, len(ests), 6)
     for ax, level in zip(axes[0], ("step", "rollout"), strict=False):
-        lv = rows.filter((pl.col("level") == level) & (pl.col("metric") == "lift"))
-        ests = _estimators(lv)
+        lv = lifts.filter(pl.col("level") == level)
         _estimator_points(ax, lv, ests)
-        ax.axhline(1.0, color="k", lw=1, ls="--", label="chance (lift 1)")
+        ax.axvline(1.0, color="k", lw=1, ls="--", label="chance (lift 1)")
         ceil = rows.filter((pl.col("level") == level) & (pl.col("metric") == "ceiling_lift"))
         for j, (seed, grp) in enumerate(sorted(ceil.group_by("seed"), key=lambda g: g[0])):
-            ax.axhline(
+            ax.axvline(
                 float(grp["value"].mean()),
                 color=plt.get_cmap("tab10")(j),
                 lw=1,
@@ -126,7 +160,7 @@ def lift(metrics: pl.DataFrame, target: str, path: Path) -> None:
             )
         band = rows.filter((pl.col("level") == level) & (pl.col("metric") == "lift_chance_band"))
         if band.height:
-            ax.axhspan(
+            ax.axvspan(
                 float(band["ci_low"].min()),
                 float(band["ci_high"].max()),
                 color="0.85",
@@ -134,22 +168,21 @@ def lift(metrics: pl.DataFrame, target: str, path: Path) -> None:
                 label="random-ordering band",
             )
         ax.set_title(f"{level} level")
-        ax.set_ylabel("lift (precision at n_paid / chance)")
-    axes[0][1].legend(fontsize=7, loc="upper right")
+        ax.set_xlabel("lift (precision at n_paid / chance)")
+    axes[0][1].legend(fontsize=7, loc="lower right")
     _save(fig, path)
 
 
 def within_group_auc(metrics: pl.DataFrame, target: str, path: Path) -> None:
     rows = judged(metrics, target).filter(pl.col("level") == "rollout")
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True, squeeze=False)
-    for ax, (metric, title) in zip(
-        axes[0], (("within_group_auc", "raw"), ("within_group_auc_fluency_resid", "fluency-residualized")), strict=False
-    ):
-        m = rows.filter(pl.col("metric") == metric)
-        _estimator_points(ax, m, _estimators(m))
-        ax.axhline(0.5, color="k", lw=1, ls="--", label="chance (0.5)")
+    panels = (("within_group_auc", "raw"), ("within_group_auc_fluency_resid", "fluency-residualized"))
+    ests = _estimators(rows.filter(pl.col("metric").is_in([m for m, _ in panels])))
+    fig, axes = _rows_figure(2, len(ests), 6)
+    for ax, (metric, title) in zip(axes[0], panels, strict=False):
+        _estimator_points(ax, rows.filter(pl.col("metric") == metric), ests)
+        ax.axvline(0.5, color="k", lw=1, ls="--", label="chance (0.5)")
         ax.set_title(f"within-group AUC, {title}")
-    axes[0][0].set_ylabel("within-group AUC")
+        ax.set_xlabel("within-group AUC")
     axes[0][1].legend(fontsize=7, loc="lower right")
     _save(fig, path)
 
@@ -158,13 +191,13 @@ def matched_metrics(metrics: pl.DataFrame, target: str, path: Path) -> None:
     """Raw rollout-level metrics beside the matched ones, per estimator and seed: a control that reads the
     reward log wins the raw ones by construction and sits at chance on the matched metric it is matched on."""
     rows = judged(metrics, target).filter(pl.col("level") == "rollout")
-    fig, axes = plt.subplots(1, len(MATCHED_PANELS), figsize=(5.5 * len(MATCHED_PANELS), 4), sharey=True, squeeze=False)
+    ests = _estimators(rows.filter(pl.col("metric").is_in([m for m, _ in MATCHED_PANELS])))
+    fig, axes = _rows_figure(len(MATCHED_PANELS), len(ests))
     for ax, (metric, title) in zip(axes[0], MATCHED_PANELS, strict=True):
-        m = rows.filter(pl.col("metric") == metric)
-        _estimator_points(ax, m, _estimators(rows))
-        ax.axhline(0.5, color="k", lw=1, ls="--", label="chance (0.5)")
+        _estimator_points(ax, rows.filter(pl.col("metric") == metric), ests)
+        ax.axvline(0.5, color="k", lw=1, ls="--", label="chance (0.5)")
         ax.set_title(title)
-    axes[0][0].set_ylabel("AUC")
+        ax.set_xlabel("AUC")
     axes[0][-1].legend(fontsize=7, loc="lower right")
     _save(fig, path)
 
@@ -203,7 +236,8 @@ def replay(table: pl.DataFrame, path: Path) -> None:
     the random sets step-matched to it."""
     s = window_end_probes(table)
     pcts = sorted(s["removal_percent"].unique().to_list()) or [100]
-    fig, axes = plt.subplots(1, len(pcts), figsize=(7 * len(pcts), 3.8), squeeze=False)
+    names = ["oracle"] + sorted(set(s["removal"].to_list()) - {"oracle", "random"})
+    fig, axes = _rows_figure(len(pcts), 2 * len(names), 6)
     for ax, pct in zip(axes[0], pcts, strict=False):
         d = s.filter(pl.col("removal_percent") == pct)
         d = d.with_columns(name=pl.Series([label(*r) for r in d.select("removal", "matched_to").iter_rows()]))
@@ -218,17 +252,18 @@ def replay(table: pl.DataFrame, path: Path) -> None:
                     continue
                 v, lo, hi = r["change"][0], r["change_low"][0], r["change_high"][0]
                 ax.errorbar(
-                    [i - 0.4 + width * (j + 0.5)],
                     [v],
-                    yerr=[[v - lo], [hi - v]],
+                    [i - 0.4 + width * (j + 0.5)],
+                    xerr=[[v - lo], [hi - v]],
                     fmt="o",
                     ms=5,
                     color=plt.get_cmap("tab10")(j),
                     label=f"seed {seed}" if i == 0 else None,
                 )
-        ax.axhline(0, color="k", lw=0.8)
-        ax.set_xticks(range(len(removals)), removals, rotation=30, ha="right")
-        ax.set_ylabel("change in probe behavior rate\nat the window's end")
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_yticks(range(len(removals)), removals)
+        ax.set_ylim(len(removals) - 0.5, -0.5)
+        ax.set_xlabel("change in probe behavior rate at the window's end")
         ax.set_title(f"{pct}% of n_paid left out")
         ax.legend(fontsize=7)
     _save(fig, path)
@@ -239,19 +274,19 @@ def effect_vs_labels(metrics: pl.DataFrame, target: str, path: Path) -> None:
     and Spearman correlation with each step's measured behavior change (dotted: the labels' own, the
     number of paid rollouts per step)."""
     rows = judged(metrics, target)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4), squeeze=False)
     lift_rows = rows.filter((pl.col("level") == "step") & (pl.col("metric") == "lift"))
     effect = rows.filter((pl.col("level") == "effect") & (pl.col("metric") == "effect_spearman"))
     ests = _estimators(lift_rows)
+    fig, axes = _rows_figure(2, len(ests), 6)
     _estimator_points(axes[0][0], lift_rows, ests)
-    axes[0][0].axhline(1.0, color="k", lw=1, ls="--", label="chance (lift 1)")
+    axes[0][0].axvline(1.0, color="k", lw=1, ls="--", label="chance (lift 1)")
     axes[0][0].set_title("labels: step-level lift")
-    axes[0][0].set_ylabel("lift (precision at n_paid / chance)")
+    axes[0][0].set_xlabel("lift (precision at n_paid / chance)")
     _estimator_points(axes[0][1], effect.filter(pl.col("estimator").is_in(ests)), ests)
-    axes[0][1].axhline(0.0, color="k", lw=1, ls="--", label="no tracking")
+    axes[0][1].axvline(0.0, color="k", lw=1, ls="--", label="no tracking")
     labels = effect.filter(pl.col("estimator") == "paid_per_step")
     for j, (seed, grp) in enumerate(sorted(labels.group_by("seed"), key=lambda g: g[0])):
-        axes[0][1].axhline(
+        axes[0][1].axvline(
             float(grp["value"].mean()),
             color=plt.get_cmap("tab10")(j),
             lw=1,
@@ -259,7 +294,7 @@ def effect_vs_labels(metrics: pl.DataFrame, target: str, path: Path) -> None:
             label=f"paid per step, seed {seed[0]}",
         )
     axes[0][1].set_title("measured effect: Spearman with each step's change")
-    axes[0][1].set_ylabel("Spearman correlation")
+    axes[0][1].set_xlabel("Spearman correlation")
     axes[0][1].legend(fontsize=7, loc="lower right")
     _save(fig, path)
 

@@ -210,7 +210,8 @@ def stability_finding(metrics: pl.DataFrame, targeted: list[str], cfg: Checklist
     verdict = (
         f"**{'Reproduces' if rows and unstable == len(rows) else 'Does not reproduce'}** here: {unstable} of "
         f"{len(rows)} targeted estimators move (sd over seeds above {cfg.max_seed_sd}, seeds on both sides of 0.5, "
-        f"or a spread over draws above {cfg.max_draw_spread}; the thresholds of checklist items 9 and 10)."
+        f"or a spread over draws above {cfg.max_draw_spread}; the thresholds of the checklist items "
+        "stable_across_draws and stable_across_seeds)."
     )
     return "## 3. After fluency control, per-rollout results move with the seed and the draw\n", "\n".join(
         [

@@ -8,15 +8,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
+
 from behaviortrace.config import record
 from behaviortrace.config.sections import Config
+from behaviortrace.report import faithfulness
 from behaviortrace.report.cost import configured, estimator_markdown, per_estimator, per_rule, read_benchmarks
 from behaviortrace.report.cost import to_markdown as cost_markdown
 
 
 def _body(path: Path, stop: str | None = None) -> str:
     """A Markdown file without its first heading (and from `stop` on), its headings one level down."""
-    lines = Path(path).read_text().splitlines()
+    return _body_text(Path(path).read_text(), stop)
+
+
+def _body_text(text: str, stop: str | None = None) -> str:
+    lines = text.splitlines()
     if stop is not None and stop in lines:
         lines = lines[: lines.index(stop)]
     if lines and lines[0].startswith("# "):
@@ -36,10 +43,21 @@ def settings_section(config: Path) -> str:
     )
 
 
+def faithfulness_rows(influence_table: Path, checklist_json: Path, benchmarks: Path, estimators: set[str]):
+    """The faithfulness table (report/faithfulness.py) of a run, with each row's cost from its jobs' benchmarks."""
+    checklist = json.loads(Path(checklist_json).read_text())
+    target = checklist["thresholds"]["effect_target_kind"]
+    jobs = configured(read_benchmarks(Path(benchmarks)), estimators)
+    costs = {r["estimator"]: r["wall_s"] for r in per_estimator(jobs).iter_rows(named=True)}
+    return faithfulness.table(pl.read_parquet(influence_table), checklist, target, costs)
+
+
 def results_page(
     run: str,
     *,
     config: Path,
+    faithfulness_md: str,
+    truths_md: str,
     checklist: Path,
     checklist_json: Path,
     training: Path,
@@ -50,11 +68,8 @@ def results_page(
     benchmarks: Path,
     estimators: set[str],
 ) -> str:
-    counts: dict[str, int] = {}
-    for row in json.loads(Path(checklist_json).read_text())["estimators"].values():
-        for verdict in row.values():
-            counts[verdict["verdict"]] = counts.get(verdict["verdict"], 0) + 1
-    tally = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("pass", "fail", "inconclusive", "n/a"))
+    counts = json.loads(Path(checklist_json).read_text())["counts"]  # method verdicts only
+    tally = "method verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in ("pass", "fail", "inconclusive", "n/a"))
     jobs = configured(read_benchmarks(Path(benchmarks)), estimators)
     cost = per_rule(jobs)
     parts = [
@@ -62,6 +77,11 @@ def results_page(
         "Written by the workflow (rule `results_page`) from this run's own tables under "
         f"`results/{run}/`; the HTML report holds the same with the figures.\n",
         settings_section(config),
+        "## Faithfulness: does a row predict what removing data does?\n",
+        _body_text(faithfulness_md),
+        "![faithfulness](figures/faithfulness.png)\n",
+        "## Which causal truth judges what\n",
+        truths_md,
         f"## Checklist ({tally})\n",
         _body(checklist, "## The numbers behind each verdict"),
         "## Training\n",

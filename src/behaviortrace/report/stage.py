@@ -15,10 +15,11 @@ from behaviortrace.common.io import atomic_write_parquet, atomic_write_text
 from behaviortrace.common.markdown import write_md_and_html
 from behaviortrace.config.sections import Config
 from behaviortrace.report import checklist as C
+from behaviortrace.report import faithfulness
 from behaviortrace.report.controls import controls_markdown, fluency_markdown
 from behaviortrace.report.figures import write_figures
 from behaviortrace.report.paper import paper_findings
-from behaviortrace.report.results_page import results_page
+from behaviortrace.report.results_page import faithfulness_rows, results_page
 from behaviortrace.report.tables import (
     NOT_ESTIMATORS,
     collect_metrics,
@@ -88,12 +89,13 @@ def aggregate_job(
     outputs: dict[str, Path],
     influence: Path | None = None,
     norms: dict[str, bool] | None = None,
+    controls: list[str] | None = None,
 ) -> None:
     """The tidy metrics of every arm, seed and draw, the summary, the stability tables, the checklist and the
     paper's findings; `log_only` names the log-only controls among the estimators, `norms` the norm instances
     (True: with the clip coefficient, the paper's method); `influence` is the exact-influence table."""
     run, checks = cfg.run, cfg.checklist
-    metrics = collect_metrics(metric_files)
+    metrics, replicates = collect_metrics(metric_files)
     log.info("%d metric rows from %d files", metrics.height, len(metric_files))
     atomic_write_parquet(metrics, outputs["metrics"])
     atomic_write_text(metrics.write_csv(), outputs["csv"])
@@ -158,6 +160,8 @@ def aggregate_job(
         checks,
         log_only,
         pl.read_parquet(influence) if influence else None,
+        replicates,
+        controls,
     )
     atomic_write_text(C.to_json(table, checks), outputs["checklist_json"])
     write_md_and_html(
@@ -197,8 +201,18 @@ def figures_job(
 
 
 def results_page_job(
-    cfg: Config, *, inputs: dict[str, Path], benchmarks: Path, estimators: set[str], out: Path
+    cfg: Config, *, inputs: dict[str, Path], benchmarks: Path, estimators: set[str], outputs: dict[str, Path]
 ) -> None:
-    """The run's results on one page (report/results_page.py), from the tables the other rules wrote."""
-    atomic_write_text(results_page(cfg.run, benchmarks=benchmarks, estimators=estimators, **inputs), out)
-    log.info("results page written to %s", out)
+    """The run's results on one page (report/results_page.py), from the tables the other rules wrote, opening with
+    its settings and the faithfulness table (also as its own HTML page and figure, first in the HTML report)."""
+    influence = inputs.pop("influence_table")
+    rows = faithfulness_rows(influence, inputs["checklist_json"], benchmarks, estimators)
+    text = faithfulness.markdown(rows)
+    truths = faithfulness.truths_markdown(pl.read_parquet(influence))
+    faithfulness.figure(rows, outputs["faithfulness_figure"])
+    write_md_and_html(text, outputs["faithfulness_md"], outputs["faithfulness_html"], f"Faithfulness — {cfg.run}")
+    page = results_page(
+        cfg.run, faithfulness_md=text, truths_md=truths, benchmarks=benchmarks, estimators=estimators, **inputs
+    )
+    atomic_write_text(page, outputs["page"])
+    log.info("results page written to %s", outputs["page"])

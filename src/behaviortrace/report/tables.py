@@ -39,12 +39,17 @@ SUMMARY_METRICS = [
 ]
 
 
-def collect_metrics(files: list[tuple[str, Path]]) -> pl.DataFrame:
-    """The tidy union of the evaluate outputs, each tagged with its arm (planted or placebo)."""
+KEYS = ["run", "arm", "seed", "draw", "estimator", "target", "level", "stratum", "metric"]
+
+
+def collect_metrics(files: list[tuple[str, Path]]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The tidy union of the evaluate outputs, each tagged with its arm (planted or placebo), and apart from it the
+    bootstrap replicates of the metrics that keep them (keys and `replicates`), for paired comparisons."""
     frames = [pl.read_parquet(path).with_columns(arm=pl.lit(arm)) for arm, path in files]
     table = pl.concat(frames, how="vertical")
-    first = ["run", "arm", "seed", "draw", "estimator", "target", "level", "stratum", "metric"]
-    return table.select(first + [c for c in table.columns if c not in first]).sort(first)
+    table = table.select(KEYS + [c for c in table.columns if c not in KEYS]).sort(KEYS)
+    replicates = table.filter(pl.col("replicates").is_not_null()).select(*KEYS, "replicates")
+    return table.drop("replicates"), replicates
 
 
 def judged(metrics: pl.DataFrame, target: str, stratum: str = "all", arm: str = PLANTED) -> pl.DataFrame:

@@ -1,0 +1,97 @@
+"""The statistical rules behind every three-valued verdict of the checklist, apart from what the items read.
+
+PASS needs every cell to clear its bar with its 95% interval: an intersection-union test, valid at 5% without a
+correction however many cells. FAIL needs evidence at the family-wise level over the checklist's method cells: a
+cell counts against a method only when its interval, widened to the Bonferroni level alpha / m (m: every method
+cell the checklist judges), lies wholly on the wrong side; with an interval's arms scaled by z(alpha / m) / z(2.5%),
+a bootstrap interval keeps its skew. Anything else is inconclusive. Comparisons with a control are paired: the
+difference of the two metrics on the same bootstrap resamples of the same cell, never two intervals side by side.
+`diagnostics/checklist_error_rates.py` simulates the false pass, false FAIL and power of each kind of rule at a
+run's own sizes (docs/evaluation.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+from behaviortrace.report.significance import holm
+
+PASS, FAIL, INCONCLUSIVE, NA = "pass", "fail", "inconclusive", "n/a"
+Z95 = NormalDist().inv_cdf(0.975)
+
+
+@dataclass(frozen=True)
+class Family:
+    """The family whose false FAILs are controlled: `cells` method cells at family-wise error `alpha`."""
+
+    alpha: float
+    cells: int
+
+    @property
+    def z(self) -> float:
+        """How far a cell's interval is widened before it may count as a FAIL (one-sided, Bonferroni)."""
+        return NormalDist().inv_cdf(1 - self.alpha / self.cells) if self.cells else Z95
+
+    def budget(self, k: int) -> float:
+        """The error a block of `k` cells may spend: their share of alpha (a union bound over blocks)."""
+        return self.alpha * k / self.cells if self.cells else self.alpha
+
+
+PER_CELL = Family(alpha=0.05, cells=0)  # 95% per cell: the first pass, which only counts the cells
+
+
+def three(passes: list[bool], fails: list[bool]) -> str:
+    """Every cell clears: pass; evidence against one: fail; otherwise inconclusive."""
+    return FAIL if any(fails) else PASS if passes and all(passes) else INCONCLUSIVE
+
+
+def widened_high(value: float, high: float, z: float) -> float:
+    """The upper end of a 95% interval widened to the level whose one-sided quantile is `z`."""
+    return value + (high - value) * z / Z95
+
+
+def widened_low(value: float, low: float, z: float) -> float:
+    return value - (value - low) * z / Z95
+
+
+def at_least(value: float, low: float, high: float, limit: float, z: float) -> tuple[bool, bool]:
+    """(passes, fails) of one cell that must reach `limit`: its interval at or above it; its widened interval
+    wholly below it."""
+    return bool(low >= limit), bool(widened_high(value, high, z) < limit)
+
+
+def above(value: float, low: float, high: float, limit: float, z: float) -> tuple[bool, bool]:
+    """The same for a cell that must lie strictly above `limit` (an AUC above 0.5, a difference above 0)."""
+    return bool(low > limit), bool(widened_high(value, high, z) < limit)
+
+
+def paired(own: np.ndarray, other: np.ndarray, own_value: float, other_value: float) -> tuple[float, float, float]:
+    """The difference own - other and its 95% percentile interval over the shared bootstrap resamples."""
+    diff = np.asarray(own, float) - np.asarray(other, float)
+    diff = diff[np.isfinite(diff)]
+    if not len(diff):
+        return own_value - other_value, float("nan"), float("nan")
+    low, high = np.percentile(diff, [2.5, 97.5])
+    return own_value - other_value, float(low), float(high)
+
+
+def range_bounds(lows, highs) -> tuple[float, float]:
+    """The smallest and the largest max - min of values that each lie within their interval."""
+    lows, highs = np.asarray(lows, float), np.asarray(highs, float)
+    return max(0.0, float(lows.max() - highs.min())), float(highs.max() - lows.min())
+
+
+def null_rejected(p_values: list[float], budget: float) -> list[bool]:
+    """Holm's procedure over one block's p-values at the error the block may spend."""
+    return holm(p_values, budget)
+
+
+def beats_random(change: float, random_low: float, random_high: float, reps: int, budget: float) -> tuple[bool, bool]:
+    """(passes, fails) of one replay cell: its set's change below every one of `reps` step-matched random sets
+    (lowest `random_low`, highest `random_high`). A set no better than random is exchangeable with them, so it
+    lies above all of them with probability 1 / (reps + 1): FAIL where it does and that probability is within
+    `budget`, which few random sets never reach (then: inconclusive)."""
+    return bool(change < random_low), bool(change > random_high and 1 / (reps + 1) <= budget)

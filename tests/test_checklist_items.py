@@ -1,0 +1,272 @@
+"""Every method item of the checklist is passable: a faithful estimator passes it and a negative control fails it,
+on inputs of the shapes the workflow writes (metric rows with their bootstrap replicates, the stability table, the
+replay summary, the influence table). The checklist names these tests as the positive control of an item that no
+row of a run passes."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from behaviortrace.config.sections import Checklist
+from behaviortrace.report import checklist as C
+from behaviortrace.report import verdicts as V
+
+CFG = Checklist()
+SEEDS, DRAWS, B = (0, 1, 2), (0, 1), 200
+
+
+def _row(est, target, level, metric, value, low, high, seed, draw, arm="planted", stratum="all", n=100):
+    return {
+        "run": "t",
+        "arm": arm,
+        "seed": seed,
+        "draw": draw,
+        "estimator": est,
+        "target": target,
+        "level": level,
+        "stratum": stratum,
+        "metric": metric,
+        "value": float(value),
+        "ci_low": float(low),
+        "ci_high": float(high),
+        "n": n,
+    }
+
+
+class Cells:
+    """Metric rows and their bootstrap replicates, drawn around given values with a shared resample effect per cell
+    (what resampling the same prompt groups does to every estimator of a cell)."""
+
+    def __init__(self, seed=0):
+        self.rows, self.replicates = [], []
+        self.rng = np.random.default_rng(seed)
+        self.shared = {}
+
+    def add(self, est, target, level, metric, value, sd=0.02, stratum="all", arm="planted"):
+        for seed in SEEDS:
+            for draw in DRAWS:
+                key = (arm, seed, draw, level, stratum, metric)
+                common = self.shared.setdefault(key, self.rng.normal(0, sd, B))
+                reps = value + 0.8 * common + self.rng.normal(0, 0.6 * sd, B)
+                low, high = np.percentile(reps, [2.5, 97.5])
+                row = _row(est, target, level, metric, value, low, high, seed, draw, arm, stratum)
+                self.rows.append(row)
+                self.replicates.append({**{k: row[k] for k in C.KEYS}, "replicates": reps.tolist()})
+        return self
+
+    @property
+    def metrics(self):
+        return pl.DataFrame(self.rows)
+
+    @property
+    def index(self):
+        return C.replicate_index(pl.DataFrame(self.replicates))
+
+
+def _beats(cells, est, controls, comparisons, two_sided=False):
+    return C.beats(cells.metrics, est, controls, comparisons, "in_context", cells.index, two_sided=two_sided)
+
+
+def test_beats_norm_step():
+    cells = (
+        Cells().add("faithful", "in_context", "step", "lift", 3.0, 0.1).add("norm", "none", "step", "lift", 1.5, 0.1)
+    )
+    cells.add("norm", "none", "step_summed", "lift", 1.4, 0.1).add("negative", "in_context", "step", "lift", 1.0, 0.1)
+    assert _beats(cells, "faithful", ["norm"], [("step", "lift", "all")]).verdict == C.PASS
+    assert _beats(cells, "negative", ["norm"], [("step", "lift", "all")]).verdict == C.FAIL
+
+
+def test_beats_norm_rollout():
+    cells = Cells().add("faithful", "in_context", "rollout", "within_group_auc", 0.8)
+    cells.add("norm", "none", "rollout", "within_group_auc", 0.6).add(
+        "negative", "in_context", "rollout", "within_group_auc", 0.45
+    )
+    assert _beats(cells, "faithful", ["norm"], [("rollout", "within_group_auc", "all")]).verdict == C.PASS
+    assert _beats(cells, "negative", ["norm"], [("rollout", "within_group_auc", "all")]).verdict == C.FAIL
+
+
+def test_beats_fluency():
+    """Fluency at 0.2 ranks as well as 0.8 reversed: 0.7 does not beat it, 0.9 does."""
+    cells = Cells()
+    for stratum in CFG.fluency_strata:
+        cells.add("faithful", "in_context", "rollout", "auroc", 0.9, stratum=stratum)
+        cells.add("negative", "in_context", "rollout", "auroc", 0.7, stratum=stratum)
+        cells.add("fluency", "none", "rollout", "auroc", 0.2, stratum=stratum)
+    comparisons = [("rollout", "auroc", s) for s in CFG.fluency_strata]
+    assert _beats(cells, "faithful", ["fluency"], comparisons, two_sided=True).verdict == C.PASS
+    assert _beats(cells, "negative", ["fluency"], comparisons, two_sided=True).verdict == C.FAIL
+
+
+def test_beats_log_only():
+    """Beating every log-only control, not only the strongest by point; a control at the metric's ceiling makes
+    the item n/a with its reason: nothing can beat a perfect look-up."""
+    cells = Cells().add("faithful", "in_context", "rollout", "within_group_auc", 0.9)
+    cells.add("negative", "in_context", "rollout", "within_group_auc", 0.6)
+    cells.add("reward", "none", "rollout", "within_group_auc", 0.75).add(
+        "advantage", "none", "rollout", "within_group_auc", 0.7
+    )
+    comparison = [("rollout", "within_group_auc", "all")]
+    assert _beats(cells, "faithful", ["reward", "advantage"], comparison).verdict == C.PASS
+    assert _beats(cells, "negative", ["reward", "advantage"], comparison).verdict == C.FAIL
+    perfect = Cells().add("faithful", "in_context", "rollout", "within_group_auc", 0.9)
+    perfect.rows += [{**r, "estimator": "reward", "target": "none", "value": 1.0} for r in perfect.rows]
+    perfect.replicates += [{**r, "estimator": "reward", "target": "none"} for r in perfect.replicates]
+    got = _beats(perfect, "faithful", ["reward"], comparison)
+    assert got.verdict == C.NA and "reward at the ceiling (1.000)" in got.detail
+
+
+def _resid(est, value, low, high):
+    return [
+        _row(est, "in_context", "rollout", "within_group_auc_fluency_resid", value, low, high, s, d)
+        for s in SEEDS
+        for d in DRAWS
+    ]
+
+
+def test_survives_fluency_residualization():
+    metrics = pl.DataFrame(_resid("faithful", 0.7, 0.66, 0.74) + _resid("negative", 0.3, 0.26, 0.34))
+    assert C.survives_residualization(metrics, "faithful", "in_context", "all").verdict == C.PASS
+    assert C.survives_residualization(metrics, "negative", "in_context", "all").verdict == C.FAIL
+
+
+def _stability(est, corr, low, high):
+    return [
+        {"seed": s, "estimator": est, "target": "in_context", "draws": 2, "rank_correlation_min": corr,
+         "rank_correlation_min_ci_low": low, "rank_correlation_min_ci_high": high}
+        for s in SEEDS
+    ]  # fmt: skip
+
+
+def test_stable_across_draws():
+    stability = pl.DataFrame(_stability("faithful", 0.95, 0.93, 0.97) + _stability("negative", 0.2, 0.1, 0.3))
+    metrics = pl.DataFrame(_resid("faithful", 0.7, 0.69, 0.71) + _resid("negative", 0.7, 0.69, 0.71))
+    args = ("in_context", "all", CFG.min_draw_rank_correlation, CFG.max_draw_spread)
+    assert C.stable_across_draws(stability, metrics, "faithful", *args).verdict == C.PASS
+    assert C.stable_across_draws(stability, metrics, "negative", *args).verdict == C.FAIL
+
+
+def test_stable_across_seeds():
+    faithful = _resid("faithful", 0.7, 0.69, 0.71)
+    negative = [
+        _row("negative", "in_context", "rollout", "within_group_auc_fluency_resid", v, v - 0.01, v + 0.01, s, d)
+        for s, v in zip(SEEDS, (0.3, 0.5, 0.8), strict=True)
+        for d in DRAWS
+    ]
+    metrics = pl.DataFrame(faithful + negative)
+    assert C.stable_across_seeds(metrics, "faithful", "in_context", "all", CFG.max_seed_sd).verdict == C.PASS
+    assert C.stable_across_seeds(metrics, "negative", "in_context", "all", CFG.max_seed_sd).verdict == C.FAIL
+
+
+def _placebo(est, auc, low, high, p):
+    stratum = CFG.placebo_stratum
+    return [
+        row
+        for s in SEEDS
+        for d in DRAWS
+        for row in (
+            _row(est, "in_context", "rollout", "behavior_matched_auc", auc, low, high, s, d, "placebo", stratum),
+            _row(est, "in_context", "rollout", "behavior_matched_auc_p", p, p, p, s, d, "placebo", stratum),
+        )
+    ]
+
+
+def test_placebo_no_enrichment():
+    """Pass needs evidence of chance (an AUC interval within the margin), not only the absence of a rejection."""
+    metrics = pl.DataFrame(
+        _placebo("faithful", 0.5, 0.45, 0.55, 0.5) + _placebo("negative", 0.8, 0.75, 0.85, 1e-9)
+        + _placebo("powerless", 0.5, 0.2, 0.8, 0.5)
+    )  # fmt: skip
+    args = ("in_context", CFG.placebo_stratum, CFG.max_placebo_auc_gap)
+    assert C.placebo_no_enrichment(metrics, "faithful", *args).verdict == C.PASS
+    assert C.placebo_no_enrichment(metrics, "negative", *args).verdict == C.FAIL
+    assert C.placebo_no_enrichment(metrics, "powerless", *args).verdict == C.INCONCLUSIVE
+
+
+def _replay(changes: dict, reps: int):
+    rng = np.random.default_rng(1)
+    rows = []
+    for name, change in changes.items():
+        rows.append({"seed": 0, "removal": name, "matched_to": None, "removal_percent": 100, "change": change,
+                     "change_low": change, "change_high": change, "reps": 1})  # fmt: skip
+        random = -0.2 + rng.normal(0, 0.02, reps)
+        spread = {"change": random.mean(), "change_low": random.min(), "change_high": random.max(), "reps": reps}
+        rows.append({"seed": 0, "removal": "random", "matched_to": name, "removal_percent": 100, **spread})
+    return pl.DataFrame(rows, schema_overrides={"matched_to": pl.String})
+
+
+def test_replay_beats_random():
+    """FAIL needs the set above every random set where that is rare enough: 40 random sets reach 1/41."""
+    s = _replay({"faithful": -0.6, "negative": 0.1}, reps=40)
+    assert C.replay_beats_random(s, "faithful").verdict == C.PASS
+    assert C.replay_beats_random(s, "negative").verdict == C.FAIL
+    few = _replay({"negative": 0.1}, reps=3)  # 1/4 is never rare enough: no evidence either way
+    assert C.replay_beats_random(few, "negative").verdict == C.INCONCLUSIVE
+
+
+def test_tracks_effect():
+    rows = [
+        _row(est, "forced", "effect", CFG.effect_metric, v, v - 0.1, v + 0.1, s, d)
+        for est, v in (("faithful", 0.8), ("negative", -0.2))
+        for s in SEEDS
+        for d in DRAWS
+    ]
+    metrics = pl.DataFrame(rows)
+    assert C.tracks_effect(metrics, "faithful", CFG).verdict == C.PASS
+    assert C.tracks_effect(metrics, "negative", CFG).verdict == C.FAIL
+
+
+def _lds(level, rows_by_estimator: dict):
+    """Influence-table rows of one level: per estimator (lds, low, high, margin, margin low, margin high)."""
+    out = []
+    for est, values in rows_by_estimator.items():
+        for seed in SEEDS:
+            for pct in (5, 50):
+                names = ("lds", "lds_low", "lds_high", "lds_over_log_only", "lds_over_log_only_low",
+                         "lds_over_log_only_high")  # fmt: skip
+                for metric, value in zip(names, values, strict=False):
+                    out.append({"arm": "planted", "seed": seed, "draw": None if est in ("influence", "reward") else 0,
+                                "estimator": est, "target": "none" if est in ("influence", "reward") else "forced",
+                                "level": f"{level}_subset", "stratum": "all", "metric": metric, "value": value,
+                                "n": 30, "removal_percent": pct})  # fmt: skip
+    return pl.DataFrame(out, schema_overrides={"draw": pl.Int64})
+
+
+@pytest.mark.parametrize("item", C.LDS_ITEMS)
+def test_lds_items(item):
+    """The exact influence is the positive control; where it does not pass, no method is judged."""
+    level = item.removeprefix("lds_")
+    table = _lds(
+        level,
+        {
+            "influence": (0.9, 0.85, 0.95, 0.3, 0.2, 0.4),
+            "faithful": (0.8, 0.7, 0.9, 0.2, 0.1, 0.3),
+            "negative": (0.0, -0.1, 0.1, -0.6, -0.7, -0.5),
+            "reward": (0.6, 0.5, 0.7),
+        },
+    )
+    assert C.lds_item(table, "influence", level, ["reward"], CFG).verdict == C.PASS
+    assert C.lds_item(table, "faithful", level, ["reward"], CFG).verdict == C.PASS
+    assert C.lds_item(table, "negative", level, ["reward"], CFG).verdict == C.FAIL
+    shut = table.with_columns(
+        value=pl.when((pl.col("estimator") == "influence") & (pl.col("metric") == "lds_over_log_only_low"))
+        .then(-0.1)
+        .otherwise(pl.col("value"))
+    )
+    got = C.lds_item(shut, "faithful", level, ["reward"], CFG)
+    assert got.verdict == C.NA and "the exact influence itself does not pass" in got.detail
+
+
+def test_every_method_item_has_a_test_here():
+    names = {name for name in globals() if name.startswith("test_")}
+    for item in C.ITEMS:
+        test = C.POSITIVE_CONTROL_TESTS[item].split("::")[1]
+        assert test in names or (item in C.LDS_ITEMS and "test_lds_items" in names), item
+
+
+def test_fail_is_controlled_over_the_family():
+    """One cell a little below the bar fails at 95% per cell, but not at the family-wise level of 500 cells."""
+    value, low, high = 0.45, 0.41, 0.49
+    assert V.at_least(value, low, high, 0.5, V.Z95) == (False, True)
+    assert V.at_least(value, low, high, 0.5, V.Family(0.05, 500).z) == (False, False)

@@ -1,0 +1,66 @@
+"""The checklist's rules have the error rates they claim, by simulation through their own code
+(report/error_rates.py), and docs/evaluation.md shows the table the diagnostic writes."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from behaviortrace.report import error_rates as E
+from conftest import ROOT
+
+TRIALS = 2000
+
+
+def _slack(p: float) -> float:
+    """Three binomial standard errors of a rate p over TRIALS trials."""
+    return 3 * math.sqrt(max(p, 1e-3) * (1 - p) / TRIALS)
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    sizes = E.Sizes()
+    return sizes, {row["kind"].split(" (")[0]: row for row in E.rates(sizes, TRIALS, seed=1)}
+
+
+def test_a_null_method_passes_no_more_often_than_claimed(simulated):
+    sizes, rows = simulated
+    # Every cell must clear at 95% (2.5% one-sided each): a method at the bar passes all of them with 0.025^cells.
+    assert rows["threshold with interval"]["false_pass"] <= 0.025**sizes.threshold_cells + _slack(0.0)
+    assert rows["paired comparison with a control"]["false_pass"] <= 0.025**sizes.paired_cells + _slack(0.0)
+    assert rows["Holm tests against a null, pass by equivalence"]["false_pass"] <= 0.025**sizes.placebo_cells + _slack(
+        0
+    )
+    chance = (1 / (sizes.repeats + 1)) ** sizes.replay_cells  # below all R random sets in every cell, by chance
+    assert rows["replay against step-matched random sets"]["false_pass"] <= chance + _slack(chance) * 2
+
+
+def test_a_method_at_its_bar_fails_no_more_often_than_alpha(simulated):
+    sizes, rows = simulated
+    per_row = [r["false_fail"] for k, r in rows.items() if not k.startswith("every")]
+    assert all(rate <= sizes.alpha * 0.1 + _slack(0.0) for rate in per_row), per_row  # a row is a small part of m
+    family = rows["every method cell of the checklist at its bar"]["effect"]
+    anywhere = float(re.search(r"any FAIL: ([0-9.]+)", family)[1])
+    assert anywhere <= sizes.alpha + _slack(sizes.alpha)
+
+
+def test_the_rules_have_power_at_the_stated_effects(simulated):
+    _, rows = simulated
+    assert rows["threshold with interval"]["power"] >= 0.6
+    assert rows["paired comparison with a control"]["power"] >= 0.9
+    unpaired = float(re.search(r"replaced: ([0-9.]+)", rows["paired comparison with a control"]["effect"])[1])
+    assert unpaired < 0.2  # the non-overlap rule finds almost none of what the paired difference finds
+    assert rows["Holm tests against a null, pass by equivalence"]["power"] >= 0.9
+    assert rows["replay against step-matched random sets"]["power"] >= 0.7
+
+
+def test_the_documented_table_is_what_the_diagnostic_writes():
+    doc = (ROOT / "docs" / "evaluation.md").read_text()
+    block = re.search(r"<!-- error-rates:start -->\n(.*?)<!-- error-rates:end -->", doc, re.S)[1]
+    given = re.search(r"Sizes: (.*?); (\d+) trials, seed (\d+)", block)
+    values = dict(part.split(" ") for part in given[1].split(", "))
+    sizes = E.Sizes(**{k: (float(v) if k == "alpha" else int(v)) for k, v in values.items()})
+    trials, seed = int(given[2]), int(given[3])
+    assert block == E.markdown(sizes, E.rates(sizes, trials, seed), trials, seed)
