@@ -19,7 +19,6 @@ from behaviortrace.influence.adjoint import surrogate_terms
 from behaviortrace.influence.batched import values_after
 from behaviortrace.influence.metagradient import StateStore, exact_influence
 from behaviortrace.influence.objective import ForcedTarget
-from behaviortrace.influence.precision import full_precision
 from behaviortrace.influence.retrain import central_difference, value_after
 from behaviortrace.influence.table import given_step, pearson, precision_at_top, spearman, top_share
 from behaviortrace.influence.trajectory import Trajectory
@@ -103,8 +102,7 @@ def test_a_float64_replay_reproduces_float32_training_as_a_share_of_its_update(r
             largest.append(weight_difference(traj.model, run["ckpts"][step_done], cpu))
             shares.append(update_error(traj.model, run["ckpts"][step_done], run["ckpts"][0], cpu))
 
-    with full_precision(traj.model):
-        traj.run(STEPS, on_step=compare)
+    traj.run(STEPS, on_step=compare)
     print(f"float64 replay vs float32 checkpoints: largest {max(largest):.2e}, share of the update {max(shares):.2e}")
     assert len(shares) == len(run["ckpts"]) - 1 and within(max(shares), UPDATE_TOLERANCE), shares
 
@@ -140,16 +138,15 @@ def test_the_differentiated_terms_have_trls_gradient(run, cpu):
 )
 def test_influence_matches_central_differences_of_retraining(run, cpu, tmp_path, grpo, clipping):
     traj, objective = trajectory(run, cpu, torch.float64, **grpo)
-    with full_precision(traj.model):
-        result, store = influence(traj, objective, tmp_path, keep=range(STEPS))
-        checked = []
-        for step in range(STEPS):  # the most influential rollout of every step: 6 rollouts, 6 steps
-            rows = np.flatnonzero(result.steps == step)
-            i = rows[np.argmax(np.abs(result.influence[rows]))]
-            z = int(result.rollout_ids[i])
-            fd, _ = central_difference(traj, store.load(step), z, FD_DELTA, STEPS, objective)
-            coarser, _ = central_difference(traj, store.load(step), z, 10 * FD_DELTA, STEPS, objective)
-            checked.append((step, result.influence[i], fd, coarser))
+    result, store = influence(traj, objective, tmp_path, keep=range(STEPS))
+    checked = []
+    for step in range(STEPS):  # the most influential rollout of every step: 6 rollouts, 6 steps
+        rows = np.flatnonzero(result.steps == step)
+        i = rows[np.argmax(np.abs(result.influence[rows]))]
+        z = int(result.rollout_ids[i])
+        fd, _ = central_difference(traj, store.load(step), z, FD_DELTA, STEPS, objective)
+        coarser, _ = central_difference(traj, store.load(step), z, 10 * FD_DELTA, STEPS, objective)
+        checked.append((step, result.influence[i], fd, coarser))
     assert np.isfinite(result.influence).all()
     for step, value, fd, coarser in checked:
         assert within(abs(value - fd), FD_TOLERANCE * abs(fd)), (step, value, fd)
@@ -181,18 +178,17 @@ def test_batched_retraining_is_the_plain_retraining_set_by_set(run, cpu, grpo):
     weights = [{}, {int(ids[0]): 1.5}] + [
         dict.fromkeys(rng.choice(ids, k, replace=False).tolist(), 0.0) for k in (1, 6, 30)
     ]
-    with full_precision(traj.model):
-        origin = traj.state()
-        for start_step in (0, 3):
-            traj.restore(origin)
-            traj.run(start_step)
-            start = traj.state()
-            batched = values_after(traj, start, weights, STEPS, objective)
-            plain = [value_after(traj, start, w, STEPS, objective) for w in weights]
-            spread, largest = np.ptp(plain), np.abs(np.subtract(batched, plain)).max()
-            print(f"from step {start_step}: values {np.round(plain, 6)}, largest difference {largest:.1e}")
-            assert spread > 1e-4  # the sets move f: the comparison is sharp
-            np.testing.assert_allclose(batched, plain, rtol=0, atol=1e-9 * spread)
+    origin = traj.state()
+    for start_step in (0, 3):
+        traj.restore(origin)
+        traj.run(start_step)
+        start = traj.state()
+        batched = values_after(traj, start, weights, STEPS, objective)
+        plain = [value_after(traj, start, w, STEPS, objective) for w in weights]
+        spread, largest = np.ptp(plain), np.abs(np.subtract(batched, plain)).max()
+        print(f"from step {start_step}: values {np.round(plain, 6)}, largest difference {largest:.1e}")
+        assert spread > 1e-4  # the sets move f: the comparison is sharp
+        np.testing.assert_allclose(batched, plain, rtol=0, atol=1e-9 * spread)
 
 
 def test_the_influence_of_a_rollout_is_independent_of_segment_length(run, cpu, tmp_path):
@@ -222,13 +218,12 @@ def test_summed_influence_is_the_derivative_along_a_set(run, cpu, tmp_path):
     """Scaling the shares of a few rollouts together by 1 +- delta moves f(w_T) by delta times their summed I
     (float64 central differences of retraining)."""
     traj, objective = trajectory(run, cpu, torch.float64)
-    with full_precision(traj.model):
-        result, store = influence(traj, objective, tmp_path)
-        for chosen in _sets(result, 3, 3, seed=1):
-            up = value_after(traj, store.load(0), dict.fromkeys(chosen, 1 + FD_DELTA), STEPS, objective)
-            down = value_after(traj, store.load(0), dict.fromkeys(chosen, 1 - FD_DELTA), STEPS, objective)
-            summed = result.influence[np.isin(result.rollout_ids, chosen)].sum()
-            assert within(abs((up - down) / (2 * FD_DELTA) - summed), FD_TOLERANCE * abs(summed)), chosen
+    result, store = influence(traj, objective, tmp_path)
+    for chosen in _sets(result, 3, 3, seed=1):
+        up = value_after(traj, store.load(0), dict.fromkeys(chosen, 1 + FD_DELTA), STEPS, objective)
+        down = value_after(traj, store.load(0), dict.fromkeys(chosen, 1 - FD_DELTA), STEPS, objective)
+        summed = result.influence[np.isin(result.rollout_ids, chosen)].sum()
+        assert within(abs((up - down) / (2 * FD_DELTA) - summed), FD_TOLERANCE * abs(summed)), chosen
 
 
 def test_summed_influence_predicts_zeroing_a_few_shares(run, cpu, tmp_path):

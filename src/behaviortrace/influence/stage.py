@@ -80,7 +80,6 @@ def influence_job(
     """I_z of one arm and seed, per-step sums, the job's checks and its retraining (the LDS subsets and, given
     `oracle_percents`, the leave-out replay's paid sets, chosen with `replay_seed`), each to its file."""
     from behaviortrace.influence.metagradient import StateStore, exact_influence
-    from behaviortrace.influence.precision import full_precision
     from behaviortrace.influence.retrain import central_difference
     from behaviortrace.replay.retrain import update_error, weight_difference
 
@@ -111,7 +110,7 @@ def influence_job(
     check_disk(traj.model, end, keep, inf, Path(out_rollouts).parent)
     check_memory(traj.model, end, inf)
     scratch = tempfile.TemporaryDirectory(dir=Path(out_rollouts).parent, prefix=".states-")
-    with scratch as tmp, full_precision(traj.model):  # float64: the model's norms too (no-op in float32)
+    with scratch as tmp:
         store = StateStore(Path(tmp), "cpu")
         result = exact_influence(traj, objective, end, inf.segment_steps, store, keep, compare)
         logged = steps_log["grad_norm"].to_numpy()[:end]
@@ -304,7 +303,6 @@ def influence_set_job(
 ) -> pl.DataFrame:
     """f(w_T) retrained with the shares of an estimator's leave-out replay set zeroed (its top-scored set, as
     replay/removal.py chooses it), in the influence's dtype."""
-    from behaviortrace.influence.precision import full_precision
     from behaviortrace.influence.retrain import value_after
     from behaviortrace.replay.removal import measured_steps, removal_set
 
@@ -316,8 +314,7 @@ def influence_set_job(
     replay_end = max(measured_steps(cfg.replay, cfg.planting, cfg.grpo.steps))
     removed = removal_set(removal, pct, rollouts, scores, cfg.replay.seed, seed, replay_end)
     started = time.time()
-    with full_precision(traj.model):
-        value = value_after(traj, traj.state(), dict.fromkeys(removed, 0.0), end, objective)
+    value = value_after(traj, traj.state(), dict.fromkeys(removed, 0.0), end, objective)
     log.info(
         "seed %d, %s removal=%d%%: %d shares zeroed, f(w_%d) = %.6f; %.1f s",
         seed,
