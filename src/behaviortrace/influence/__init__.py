@@ -12,6 +12,7 @@ clipping, the schedule), and f is the forced target's mean log-prob on the probe
 - metagradient.py: the reverse sweep over segments of recomputed steps (bounded memory);
 - retrain.py: retraining with rollout shares scaled, for the finite differences that check I (float64 end to
   end: model/precision.py) and for the LDS;
+- preflight.py: before training, whether the model takes the influence's double backward and float64 checks;
 - sets.py: the rollout sets retrained with their shares zeroed (LDS subsets, the leave-out replay's sets);
 - table.py, markdown.py, figure.py: how well each estimator and control tracks I (the influence table, as
   Markdown, and the figure);

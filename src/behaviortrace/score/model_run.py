@@ -55,13 +55,7 @@ class ModelRun:
         self.checkpoints, self.second_moments = read_manifest(checkpoints)
         self.base_model = Path(base_model)
         self.scratch = Path(scratch)  # a folder the job deletes afterwards, for a library's own files
-        log = pl.read_parquet(rollouts, columns=LOG_COLUMNS).sort("rollout_id")
-        widths = log.group_by("step").agg(
-            pl.col("prompt_ids").list.len().max().alias("prompt_width"),
-            pl.col("completion_ids").list.len().sum().alias("num_items"),
-            pl.len().alias("n_rows"),
-        )
-        self.rollouts = log.join(widths, on="step", how="left", maintain_order="left")
+        self.rollouts = with_step_shapes(pl.read_parquet(rollouts, columns=LOG_COLUMNS))
         self._ref = None
         self.pad_id = models.load_tokenizer(self.base_model).pad_token_id  # training padded with the base's
 
@@ -156,6 +150,18 @@ class ModelRun:
         batch = {k: v.to(device) for k, v in batch.items()}
         with torch.no_grad():
             return logprobs(self._ref, batch, self.grpo.temperature, self.device, batch["position_ids"])
+
+
+def with_step_shapes(log: pl.DataFrame) -> pl.DataFrame:
+    """A rollout log (LOG_COLUMNS) in rollout-id order, with each row's step shape: its widest prompt
+    (`prompt_width`), its completion tokens (`num_items`) and its rollouts (`n_rows`)."""
+    log = log.sort("rollout_id")
+    widths = log.group_by("step").agg(
+        pl.col("prompt_ids").list.len().max().alias("prompt_width"),
+        pl.col("completion_ids").list.len().sum().alias("num_items"),
+        pl.len().alias("n_rows"),
+    )
+    return log.join(widths, on="step", how="left", maintain_order="left")
 
 
 def logprobs(model, batch: dict, temperature: float, device: dict, position_ids=None) -> torch.Tensor:
