@@ -177,16 +177,18 @@ def logprobs(model, batch: dict, temperature: float, device: dict, position_ids=
 
 
 def linear_modules(model) -> list[str]:
-    """The linear layers with trainable weights of their own: a weight tied to another module (an output layer
-    that shares the embedding) gets gradient from both uses, and a library that hooks modules would see
-    one use of it."""
+    """The linear layers with trainable weights of their own: nn.Linear and its subclasses (x W^T + b) and
+    transformers' Conv1D (x W + b, GPT-2's). A weight tied to another module (an output layer that shares the
+    embedding) gets gradient from both uses, and a library that hooks modules would see one use of it."""
+    from transformers.pytorch_utils import Conv1D
+
     uses = {}
     for _, p in model.named_parameters(remove_duplicate=False):
         uses[id(p)] = uses.get(id(p), 0) + 1
     return [
         name
         for name, module in model.named_modules()
-        if isinstance(module, torch.nn.Linear) and module.weight.requires_grad and uses[id(module.weight)] == 1
+        if isinstance(module, torch.nn.Linear | Conv1D) and module.weight.requires_grad and uses[id(module.weight)] == 1
     ]
 
 
