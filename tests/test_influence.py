@@ -300,6 +300,64 @@ def test_agreement_given_the_step_is_the_correlation_of_rank_residuals():
     assert np.isnan(given_step(x[:3], y[:3], steps[:3]))
 
 
+KILLED_INFLUENCE = """
+import json, os, signal, sys
+from pathlib import Path
+from behaviortrace.config.sections import Config
+from behaviortrace.influence import metagradient
+from behaviortrace.influence.stage import influence_job
+
+save, saved = metagradient.StateStore.save, []
+
+
+def save_then_die(self, state):
+    save(self, state)
+    saved.append(state.step)
+    if len(saved) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+metagradient.StateStore.save = save_then_die
+args = json.loads(sys.argv[1])
+cfg = Config.from_dict(args.pop("cfg"))
+influence_job(cfg, arm="planted", seed=0, **{k: Path(v) for k, v in args.items()})
+"""
+
+
+def test_a_rerun_of_a_killed_influence_job_removes_its_saved_states_and_gets_the_same_result(run, tmp_path):
+    """A SIGKILLed influence job leaves its saved training states (3P numbers each) behind; its rerun removes them
+    before it checks the disk, and writes what an uninterrupted job writes."""
+    import subprocess
+    import sys
+
+    from behaviortrace.influence.stage import STATES, influence_job
+
+    cfg = {**run["cfg"], "influence": {**run["cfg"]["influence"], "lds_subsets": 0, "sets": []}}
+    names = ("rollouts", "steps", "checks", "retrain")
+
+    def paths(folder):
+        inputs = {"rollouts_path": "rollouts.parquet", "steps_path": "steps.parquet"}
+        inputs |= {"checkpoints_path": "checkpoints.json", "probes_path": "probes.parquet"}
+        out = {k: run["dir"] / v for k, v in inputs.items()} | {"base_model": run["base_model"]}
+        return out | {f"out_{n}": folder / f"{n}.parquet" for n in names} | {"out_summary": folder / "summary.json"}
+
+    killed = paths(tmp_path / "killed" / "influence")
+    (tmp_path / "killed" / "influence").mkdir(parents=True)
+    args = json.dumps({"cfg": cfg, **{k: str(v) for k, v in killed.items()}})
+    res = subprocess.run([sys.executable, "-c", KILLED_INFLUENCE, args], capture_output=True, text=True)
+    assert res.returncode == -9, (res.returncode, res.stderr[-300:])
+    left = tmp_path / "killed" / "influence" / STATES
+    assert len(list(left.glob("state*.pt"))) == 2 and not killed["out_rollouts"].exists()
+    influence_job(typed(cfg), arm="planted", seed=0, **killed)
+    assert not left.exists()
+    whole = paths(tmp_path / "whole" / "influence")
+    (tmp_path / "whole" / "influence").mkdir(parents=True)
+    influence_job(typed(cfg), arm="planted", seed=0, **whole)
+    assert not (tmp_path / "whole" / "influence" / STATES).exists()
+    for n in names:
+        assert pl.read_parquet(killed[f"out_{n}"]).equals(pl.read_parquet(whole[f"out_{n}"])), n
+
+
 # The rules on a real Snakemake run of the small config ------------------------------------------------
 
 

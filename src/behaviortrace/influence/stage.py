@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from behaviortrace.common.io import atomic_write_parquet, atomic_write_text
+from behaviortrace.common.io import atomic_write_parquet, atomic_write_text, scratch_dir
 from behaviortrace.config.sections import Config
 from behaviortrace.influence.sets import Zeroed, fd_steps, lds_subsets, step_sets, units, zeroed_table
 from behaviortrace.train.checkpoints import read_manifest
@@ -107,11 +106,12 @@ def influence_job(
             )
 
     keep = set(checked) | (set(range(end)) if inf.leave_step_out else set())  # where retraining starts
-    check_disk(traj.model, end, keep, inf, Path(out_rollouts).parent)
-    check_memory(traj.model, end, inf)
-    scratch = tempfile.TemporaryDirectory(dir=Path(out_rollouts).parent, prefix=".states-")
-    with scratch as tmp:
-        store = StateStore(Path(tmp), "cpu")
+    # The saved states (3P numbers each: 370 GB per seed at the paper's scale) go to a folder of a fixed name, so
+    # that a rerun removes what a killed attempt left before it checks the disk.
+    with scratch_dir(Path(out_rollouts).parent / STATES) as folder:
+        check_disk(traj.model, end, keep, inf, folder)
+        check_memory(traj.model, end, inf)
+        store = StateStore(folder, "cpu")
         result = exact_influence(traj, objective, end, inf.segment_steps, store, keep, compare)
         logged = steps_log["grad_norm"].to_numpy()[:end]
         norm_error = float(np.max(np.abs(np.array(result.grad_norms) - logged) / np.maximum(logged, 1e-12)))
@@ -182,6 +182,10 @@ def influence_job(
     atomic_write_text(json.dumps(summary, indent=1) + "\n", out_summary)
     log.info("%s%d: %d rollouts; seconds %s", arm, seed, table.height, result.seconds)
     return table
+
+
+# The influence job's saved training states, beside its outputs while it runs.
+STATES = ".states"
 
 
 def state_bytes(params: int, dtype: str) -> int:
