@@ -30,6 +30,10 @@ include: "workflow/rules/influence.smk"
 include: "workflow/rules/report.smk"
 
 
+onerror:
+    print_refusal()
+
+
 rule all:
     default_target: True
     input:

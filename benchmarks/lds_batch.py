@@ -26,7 +26,6 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from behaviortrace.configure import load  # noqa: E402
 from behaviortrace.influence.batched import values_after  # noqa: E402
-from behaviortrace.influence.precision import full_precision  # noqa: E402
 from behaviortrace.influence.retrain import value_after  # noqa: E402
 from behaviortrace.influence.sets import lds_subsets, units  # noqa: E402
 from behaviortrace.influence.stage import end_step, setup  # noqa: E402
@@ -70,13 +69,12 @@ def main() -> None:
 
     variants = {"one at a time": plain} | {f"B = {b}": (lambda b=b: batched(b)) for b in args.batches}
     times, values = {name: [] for name in variants}, {}
-    with full_precision(traj.model):
-        for round_ in range(args.rounds):
-            for name, fn in variants.items():
-                started = time.perf_counter()
-                values[name] = fn()
-                times[name].append(time.perf_counter() - started)
-                print(f"round {round_ + 1}: {name}: {times[name][-1]:.1f} s for {n} retrainings", flush=True)
+    for round_ in range(args.rounds):
+        for name, fn in variants.items():
+            started = time.perf_counter()
+            values[name] = fn()
+            times[name].append(time.perf_counter() - started)
+            print(f"round {round_ + 1}: {name}: {times[name][-1]:.1f} s for {n} retrainings", flush=True)
     base = statistics.median(times["one at a time"])
     reference = np.array(values["one at a time"])
     print(

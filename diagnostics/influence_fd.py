@@ -1,6 +1,6 @@
 """Check a finished run's exact influence against finite differences of real retraining, in float64.
 
-For one seed: computes I_z again in float64 end to end (from the step-0 checkpoint, precision.py), then for
+For one seed: computes I_z again in float64 end to end (from the step-0 checkpoint, model/precision.py), then for
 `--rollouts` rollouts from distinct seeded steps (the most influential of each step) retrains from that
 step with the rollout's share scaled by 1 +- delta and compares the central difference with I_z, at
 `--delta` and at ten times it (agreement between the two says delta is in the stable range). It also
@@ -24,7 +24,6 @@ import torch
 
 from behaviortrace.configure import load
 from behaviortrace.influence.metagradient import StateStore, exact_influence
-from behaviortrace.influence.precision import full_precision
 from behaviortrace.influence.retrain import central_difference
 from behaviortrace.influence.sets import fd_steps
 from behaviortrace.influence.stage import end_step, setup
@@ -55,7 +54,7 @@ def main() -> None:
     movable = np.array([s for s in range(end) if len(traj.rows(s).rollout_ids)])
     steps = fd_steps(movable, args.rollouts, cfg.influence.seed, "diagnostic", args.seed)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, full_precision(traj.model):
+    with tempfile.TemporaryDirectory() as tmp:
         started = time.time()
         store = StateStore(Path(tmp), "cpu")
         result = exact_influence(traj, objective, end, end, store, set(steps))

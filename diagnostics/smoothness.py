@@ -37,7 +37,6 @@ from behaviortrace.common.seeds import cell_seed
 from behaviortrace.configure import load
 from behaviortrace.influence.lds import Resamples, interval
 from behaviortrace.influence.metagradient import StateStore, exact_influence
-from behaviortrace.influence.precision import full_precision
 from behaviortrace.influence.retrain import value_after
 from behaviortrace.influence.sets import units as lds_units
 from behaviortrace.influence.stage import end_step, setup
@@ -68,7 +67,7 @@ def main() -> None:
         parser.error(f"--end {end}: T must be a step of the run, 1 to grpo.steps = {cfg.grpo.steps}")
     traj, objective, _, rollouts, _ = setup(cfg, *paths, cfg.influence.dtype)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, full_precision(traj.model):
+    with tempfile.TemporaryDirectory() as tmp:
         started = time.time()
         store = StateStore(Path(tmp), "cpu")
         result = exact_influence(traj, objective, end, cfg.influence.segment_steps, store, set())

@@ -29,6 +29,7 @@ install_audit()  # BT_TOLERANCE_SCALE: a no-op unless set (tests/tolerance.py)
 NUMERIC_MODULES = {
     "test_capture",
     "test_estimators",
+    "test_float64",
     "test_grpo",
     "test_influence",
     "test_lora",

@@ -19,7 +19,6 @@ from behaviortrace.influence.adjoint import surrogate_terms
 from behaviortrace.influence.batched import values_after
 from behaviortrace.influence.metagradient import StateStore, exact_influence
 from behaviortrace.influence.objective import ForcedTarget
-from behaviortrace.influence.precision import full_precision
 from behaviortrace.influence.retrain import central_difference, value_after
 from behaviortrace.influence.table import given_step, pearson, precision_at_top, spearman, top_share
 from behaviortrace.influence.trajectory import Trajectory
@@ -103,8 +102,7 @@ def test_a_float64_replay_reproduces_float32_training_as_a_share_of_its_update(r
             largest.append(weight_difference(traj.model, run["ckpts"][step_done], cpu))
             shares.append(update_error(traj.model, run["ckpts"][step_done], run["ckpts"][0], cpu))
 
-    with full_precision(traj.model):
-        traj.run(STEPS, on_step=compare)
+    traj.run(STEPS, on_step=compare)
     print(f"float64 replay vs float32 checkpoints: largest {max(largest):.2e}, share of the update {max(shares):.2e}")
     assert len(shares) == len(run["ckpts"]) - 1 and within(max(shares), UPDATE_TOLERANCE), shares
 
@@ -140,16 +138,15 @@ def test_the_differentiated_terms_have_trls_gradient(run, cpu):
 )
 def test_influence_matches_central_differences_of_retraining(run, cpu, tmp_path, grpo, clipping):
     traj, objective = trajectory(run, cpu, torch.float64, **grpo)
-    with full_precision(traj.model):
-        result, store = influence(traj, objective, tmp_path, keep=range(STEPS))
-        checked = []
-        for step in range(STEPS):  # the most influential rollout of every step: 6 rollouts, 6 steps
-            rows = np.flatnonzero(result.steps == step)
-            i = rows[np.argmax(np.abs(result.influence[rows]))]
-            z = int(result.rollout_ids[i])
-            fd, _ = central_difference(traj, store.load(step), z, FD_DELTA, STEPS, objective)
-            coarser, _ = central_difference(traj, store.load(step), z, 10 * FD_DELTA, STEPS, objective)
-            checked.append((step, result.influence[i], fd, coarser))
+    result, store = influence(traj, objective, tmp_path, keep=range(STEPS))
+    checked = []
+    for step in range(STEPS):  # the most influential rollout of every step: 6 rollouts, 6 steps
+        rows = np.flatnonzero(result.steps == step)
+        i = rows[np.argmax(np.abs(result.influence[rows]))]
+        z = int(result.rollout_ids[i])
+        fd, _ = central_difference(traj, store.load(step), z, FD_DELTA, STEPS, objective)
+        coarser, _ = central_difference(traj, store.load(step), z, 10 * FD_DELTA, STEPS, objective)
+        checked.append((step, result.influence[i], fd, coarser))
     assert np.isfinite(result.influence).all()
     for step, value, fd, coarser in checked:
         assert within(abs(value - fd), FD_TOLERANCE * abs(fd)), (step, value, fd)
@@ -181,18 +178,17 @@ def test_batched_retraining_is_the_plain_retraining_set_by_set(run, cpu, grpo):
     weights = [{}, {int(ids[0]): 1.5}] + [
         dict.fromkeys(rng.choice(ids, k, replace=False).tolist(), 0.0) for k in (1, 6, 30)
     ]
-    with full_precision(traj.model):
-        origin = traj.state()
-        for start_step in (0, 3):
-            traj.restore(origin)
-            traj.run(start_step)
-            start = traj.state()
-            batched = values_after(traj, start, weights, STEPS, objective)
-            plain = [value_after(traj, start, w, STEPS, objective) for w in weights]
-            spread, largest = np.ptp(plain), np.abs(np.subtract(batched, plain)).max()
-            print(f"from step {start_step}: values {np.round(plain, 6)}, largest difference {largest:.1e}")
-            assert spread > 1e-4  # the sets move f: the comparison is sharp
-            np.testing.assert_allclose(batched, plain, rtol=0, atol=1e-9 * spread)
+    origin = traj.state()
+    for start_step in (0, 3):
+        traj.restore(origin)
+        traj.run(start_step)
+        start = traj.state()
+        batched = values_after(traj, start, weights, STEPS, objective)
+        plain = [value_after(traj, start, w, STEPS, objective) for w in weights]
+        spread, largest = np.ptp(plain), np.abs(np.subtract(batched, plain)).max()
+        print(f"from step {start_step}: values {np.round(plain, 6)}, largest difference {largest:.1e}")
+        assert spread > 1e-4  # the sets move f: the comparison is sharp
+        np.testing.assert_allclose(batched, plain, rtol=0, atol=1e-9 * spread)
 
 
 def test_the_influence_of_a_rollout_is_independent_of_segment_length(run, cpu, tmp_path):
@@ -222,13 +218,12 @@ def test_summed_influence_is_the_derivative_along_a_set(run, cpu, tmp_path):
     """Scaling the shares of a few rollouts together by 1 +- delta moves f(w_T) by delta times their summed I
     (float64 central differences of retraining)."""
     traj, objective = trajectory(run, cpu, torch.float64)
-    with full_precision(traj.model):
-        result, store = influence(traj, objective, tmp_path)
-        for chosen in _sets(result, 3, 3, seed=1):
-            up = value_after(traj, store.load(0), dict.fromkeys(chosen, 1 + FD_DELTA), STEPS, objective)
-            down = value_after(traj, store.load(0), dict.fromkeys(chosen, 1 - FD_DELTA), STEPS, objective)
-            summed = result.influence[np.isin(result.rollout_ids, chosen)].sum()
-            assert within(abs((up - down) / (2 * FD_DELTA) - summed), FD_TOLERANCE * abs(summed)), chosen
+    result, store = influence(traj, objective, tmp_path)
+    for chosen in _sets(result, 3, 3, seed=1):
+        up = value_after(traj, store.load(0), dict.fromkeys(chosen, 1 + FD_DELTA), STEPS, objective)
+        down = value_after(traj, store.load(0), dict.fromkeys(chosen, 1 - FD_DELTA), STEPS, objective)
+        summed = result.influence[np.isin(result.rollout_ids, chosen)].sum()
+        assert within(abs((up - down) / (2 * FD_DELTA) - summed), FD_TOLERANCE * abs(summed)), chosen
 
 
 def test_summed_influence_predicts_zeroing_a_few_shares(run, cpu, tmp_path):
@@ -303,6 +298,64 @@ def test_agreement_given_the_step_is_the_correlation_of_rank_residuals():
     shared = 0.05 * rng.normal(size=50)  # a common part beyond the trend survives
     assert correlation.partial_spearman(trend + shared + 0.01 * rng.normal(size=50), trend + shared, steps) > 0.8
     assert np.isnan(given_step(x[:3], y[:3], steps[:3]))
+
+
+KILLED_INFLUENCE = """
+import json, os, signal, sys
+from pathlib import Path
+from behaviortrace.config.sections import Config
+from behaviortrace.influence import metagradient
+from behaviortrace.influence.stage import influence_job
+
+save, saved = metagradient.StateStore.save, []
+
+
+def save_then_die(self, state):
+    save(self, state)
+    saved.append(state.step)
+    if len(saved) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+metagradient.StateStore.save = save_then_die
+args = json.loads(sys.argv[1])
+cfg = Config.from_dict(args.pop("cfg"))
+influence_job(cfg, arm="planted", seed=0, **{k: Path(v) for k, v in args.items()})
+"""
+
+
+def test_a_rerun_of_a_killed_influence_job_removes_its_saved_states_and_gets_the_same_result(run, tmp_path):
+    """A SIGKILLed influence job leaves its saved training states (3P numbers each) behind; its rerun removes them
+    before it checks the disk, and writes what an uninterrupted job writes."""
+    import subprocess
+    import sys
+
+    from behaviortrace.influence.stage import STATES, influence_job
+
+    cfg = {**run["cfg"], "influence": {**run["cfg"]["influence"], "lds_subsets": 0, "sets": []}}
+    names = ("rollouts", "steps", "checks", "retrain")
+
+    def paths(folder):
+        inputs = {"rollouts_path": "rollouts.parquet", "steps_path": "steps.parquet"}
+        inputs |= {"checkpoints_path": "checkpoints.json", "probes_path": "probes.parquet"}
+        out = {k: run["dir"] / v for k, v in inputs.items()} | {"base_model": run["base_model"]}
+        return out | {f"out_{n}": folder / f"{n}.parquet" for n in names} | {"out_summary": folder / "summary.json"}
+
+    killed = paths(tmp_path / "killed" / "influence")
+    (tmp_path / "killed" / "influence").mkdir(parents=True)
+    args = json.dumps({"cfg": cfg, **{k: str(v) for k, v in killed.items()}})
+    res = subprocess.run([sys.executable, "-c", KILLED_INFLUENCE, args], capture_output=True, text=True)
+    assert res.returncode == -9, (res.returncode, res.stderr[-300:])
+    left = tmp_path / "killed" / "influence" / STATES
+    assert len(list(left.glob("state*.pt"))) == 2 and not killed["out_rollouts"].exists()
+    influence_job(typed(cfg), arm="planted", seed=0, **killed)
+    assert not left.exists()
+    whole = paths(tmp_path / "whole" / "influence")
+    (tmp_path / "whole" / "influence").mkdir(parents=True)
+    influence_job(typed(cfg), arm="planted", seed=0, **whole)
+    assert not (tmp_path / "whole" / "influence" / STATES).exists()
+    for n in names:
+        assert pl.read_parquet(killed[f"out_{n}"]).equals(pl.read_parquet(whole[f"out_{n}"])), n
 
 
 # The rules on a real Snakemake run of the small config ------------------------------------------------

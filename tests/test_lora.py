@@ -16,7 +16,6 @@ import torch
 from behaviortrace.influence.batched import values_after
 from behaviortrace.influence.metagradient import StateStore, exact_influence
 from behaviortrace.influence.objective import ForcedTarget
-from behaviortrace.influence.precision import full_precision
 from behaviortrace.influence.retrain import central_difference, value_after
 from behaviortrace.influence.trajectory import Trajectory
 from behaviortrace.model import lora, models
@@ -153,24 +152,23 @@ def test_exact_influence_over_the_adapter_matches_central_differences(lora_run, 
         if step_done in lora_run["ckpts"]:
             shares.append(update_error(t.model, lora_run["ckpts"][step_done], lora_run["ckpts"][0], cpu))
 
-    with full_precision(traj.model):
-        store = StateStore(tmp_path / "states", "cpu")
-        result = exact_influence(traj, objective, STEPS, STEPS, store, set(range(STEPS)), compare)
-        print("float64 replay vs checkpoints, share of the update:", shares)
-        assert within(max(shares), UPDATE_TOLERANCE), shares  # the float64 replay is the float32 training
-        for step in (0, STEPS - 1):
-            rows = np.flatnonzero(result.steps == step)
-            i = rows[np.argmax(np.abs(result.influence[rows]))]
-            fd, _ = central_difference(traj, store.load(step), int(result.rollout_ids[i]), 1e-6, STEPS, objective)
-            print(f"step {step}: I_z {result.influence[i]:.6e}, central difference {fd:.6e}")
-            assert result.influence[i] != 0 and within(abs(result.influence[i] - fd), 1e-3 * abs(fd)), (step, fd)
-        # The LDS's batched retraining (vmap over copies of the adapter) is the plain retraining set by set.
-        ids = lora_run["rollouts"]["rollout_id"].to_numpy()
-        weights = [dict.fromkeys(ids[i : i + 20].tolist(), 0.0) for i in (0, 20, 40)]
-        batched = values_after(traj, store.load(0), weights, STEPS, objective)
-        plain = [value_after(traj, store.load(0), w, STEPS, objective) for w in weights]
-        assert np.ptp(plain) > 1e-5, plain
-        np.testing.assert_allclose(batched, plain, rtol=0, atol=1e-9 * np.ptp(plain))
+    store = StateStore(tmp_path / "states", "cpu")
+    result = exact_influence(traj, objective, STEPS, STEPS, store, set(range(STEPS)), compare)
+    print("float64 replay vs checkpoints, share of the update:", shares)
+    assert within(max(shares), UPDATE_TOLERANCE), shares  # the float64 replay is the float32 training
+    for step in (0, STEPS - 1):
+        rows = np.flatnonzero(result.steps == step)
+        i = rows[np.argmax(np.abs(result.influence[rows]))]
+        fd, _ = central_difference(traj, store.load(step), int(result.rollout_ids[i]), 1e-6, STEPS, objective)
+        print(f"step {step}: I_z {result.influence[i]:.6e}, central difference {fd:.6e}")
+        assert result.influence[i] != 0 and within(abs(result.influence[i] - fd), 1e-3 * abs(fd)), (step, fd)
+    # The LDS's batched retraining (vmap over copies of the adapter) is the plain retraining set by set.
+    ids = lora_run["rollouts"]["rollout_id"].to_numpy()
+    weights = [dict.fromkeys(ids[i : i + 20].tolist(), 0.0) for i in (0, 20, 40)]
+    batched = values_after(traj, store.load(0), weights, STEPS, objective)
+    plain = [value_after(traj, store.load(0), w, STEPS, objective) for w in weights]
+    assert np.ptp(plain) > 1e-5, plain
+    np.testing.assert_allclose(batched, plain, rtol=0, atol=1e-9 * np.ptp(plain))
 
 
 def test_a_killed_lora_run_resumes_to_the_same_adapter(lora_run, base_model_dir, prompts, cpu, tmp_path):

@@ -267,13 +267,13 @@ def _whitened_features(blocks: torch.Tensor, query: torch.Tensor, name: str, p: 
     return features @ root, (left @ query @ right.T).reshape(-1) @ root
 
 
-@pytest.mark.numerics
-def test_trackstar_is_the_cosine_of_whitened_projected_gradients(model_inputs):
-    """bergson's TrackStar equals, computed here from autograd's per-rollout gradients of each linear layer's weight:
-    divided by AdamW's denominator saved at the checkpoint (or not), projected with the layer's matrices, whitened
-    by the rollouts' own second moment, and -lr x the cosine with the target's gradient treated alike."""
-    cfg, run, targets, _ = model_inputs
-    target, c, p, damping = targets["forced"], 0, 4, 0.1
+def _trackstar_dense(run, target, c: int, p: int, damping: float, normalizer: str):
+    """TrackStar at checkpoint c computed here from autograd's per-rollout gradients of each linear layer's weight
+    (as [out, in]: a Conv1D's, stored [in, out], transposed): divided by AdamW's denominator saved at c (or not),
+    projected with the layer's matrices, whitened by the rollouts' own second moment, and -lr x the cosine with
+    the target's gradient treated alike. Returns the rollouts' mask, the scores and each rollout's feature norm."""
+    from transformers.pytorch_utils import Conv1D
+
     model, tokenizer = run.load(c)
     names = linear_modules(model)
     weights = [model.get_submodule(n).weight for n in names]
@@ -287,24 +287,38 @@ def test_trackstar_is_the_cosine_of_whitened_projected_gradients(model_inputs):
     )
     query = _flat(total / len(items), weights)
     adam = run.adam_denominator(c)  # sqrt(v / (1 - beta2^n)) + eps, as AdamW divided by
+    rollout_features, query_features, start = [], [], 0
+    for name, w in zip(names, weights, strict=True):
+        a, b = w.shape
+        blocks, q = grads[:, start : start + a * b].reshape(-1, a, b), query[start : start + a * b].reshape(a, b)
+        divisor = adam[f"{name}.weight"].double() if normalizer == "adam" else None
+        if isinstance(model.get_submodule(name), Conv1D):
+            blocks, q = blocks.transpose(1, 2), q.T
+            divisor = None if divisor is None else divisor.T
+        f, q = _whitened_features(blocks, q, name, p, damping, divisor)
+        rollout_features.append(f)
+        query_features.append(q)
+        start += a * b
+    assert start == grads.shape[1]
+    features, q = torch.cat(rollout_features, 1), torch.cat(query_features)
+    norms = features.norm(dim=1)
     lr = run.rollouts["lr"].to_numpy()[mask]
+    dense = -lr * torch.where(norms > 0, (features @ q) / (norms.clamp(min=1e-300) * q.norm()), 0).numpy()
+    return mask, dense, norms
+
+
+@pytest.mark.numerics
+def test_trackstar_is_the_cosine_of_whitened_projected_gradients(model_inputs):
+    """bergson's TrackStar equals, computed here from autograd's per-rollout gradients of each linear layer's weight:
+    divided by AdamW's denominator saved at the checkpoint (or not), projected with the layer's matrices, whitened
+    by the rollouts' own second moment, and -lr x the cosine with the target's gradient treated alike."""
+    cfg, run, targets, _ = model_inputs
+    target, c, p, damping = targets["forced"], 0, 4, 0.1
     found = {}
     for normalizer in ("adam", "none"):
-        rollout_features, query_features, start = [], [], 0
-        for name, w in zip(names, weights, strict=True):
-            o, i = w.shape
-            divisor = adam[f"{name}.weight"].double() if normalizer == "adam" else None
-            blocks = grads[:, start : start + o * i].reshape(-1, o, i)
-            f, q = _whitened_features(blocks, query[start : start + o * i].reshape(o, i), name, p, damping, divisor)
-            rollout_features.append(f)
-            query_features.append(q)
-            start += o * i
-        assert start == grads.shape[1]
-        features, q = torch.cat(rollout_features, 1), torch.cat(query_features)
+        mask, dense, norms = _trackstar_dense(run, target, c, p, damping, normalizer)
         # At checkpoint 0 the policy is the reference, so the KL term has no gradient there and a rollout with
         # advantage 0 none at all: its cosine is 0 (bergson clamps the norm).
-        norms = features.norm(dim=1)
-        dense = -lr * torch.where(norms > 0, (features @ q) / (norms.clamp(min=1e-300) * q.norm()), 0).numpy()
         assert (norms == 0).any() and (norms > 0).sum() > 10
         scores = trackstar.score(run, target, projection_dim=p, normalizer=normalizer, damping=damping)
         scale = np.abs(dense).max()
@@ -314,6 +328,52 @@ def test_trackstar_is_the_cosine_of_whitened_projected_gradients(model_inputs):
         found[normalizer] = dense / scale
     # Adam's normalization matters here: without it the scores differ by more than that tolerance.
     assert np.abs(found["adam"] - found["none"]).max() > 1e-2
+
+
+@pytest.fixture(scope="module")
+def layer_families(tmp_path_factory, cpu):
+    """Falcon (FalconLinear, a subclass of nn.Linear, for every projection; its block adds the attention output to
+    the MLP's in place) and GPT-2 (Conv1D layers, weights stored [in, out]), built small, with the estimator
+    preflight's synthetic rollouts and target (score/preflight.py)."""
+    from behaviortrace.model import families
+    from behaviortrace.score.preflight import ProbeRun, probe_target
+    from conftest import small_config
+
+    torch.set_num_threads(1)
+    out = {}
+    for name in ("falcon", "gpt2"):
+        folder = tmp_path_factory.mktemp(name)
+        source = families.save_family(name, folder / "source", "frobnitz", "QZXBT")
+        model, tokenizer = models.load_pretrained(str(source), False, cpu)
+        cfg = typed(small_config())
+        vocab = model.get_input_embeddings().num_embeddings
+        target = probe_target(vocab, tokenizer.pad_token_id, cfg.grpo.temperature, cpu)
+        out[name] = ProbeRun(model, tokenizer, cfg.grpo, cpu, folder), target
+    return out
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("name", ["falcon", "gpt2"])
+def test_the_peer_libraries_read_linear_subclasses_and_conv1d_layers_exactly(layer_families, name):
+    """kronfluence wraps layers by exact class and bergson hooks them with full backward hooks, whose output view
+    Falcon's in-place add breaks; with ekfac's registration of FalconLinear and Conv1D and trackstar's tensor hooks,
+    identity-strategy EK-FAC is -lr <g_f, g_z> and TrackStar the cosine computed here, over the same layers."""
+    from transformers.pytorch_utils import Conv1D
+
+    run, target = layer_families[name]
+    model, _ = run.load(0)
+    kinds = {type(model.get_submodule(n)) for n in linear_modules(model)}
+    assert kinds and all(k is not torch.nn.Linear and issubclass(k, torch.nn.Linear | Conv1D) for k in kinds), kinds
+    mask, grads, query, _ = _checkpoint_problem(run, target, 0)
+    dense = -run.rollouts["lr"].to_numpy()[mask] * (grads @ query).numpy()
+    scale = np.abs(dense).max()
+    assert scale > 0 and mask.all()
+    np.testing.assert_allclose(ekfac.score(run, target, strategy="identity"), dense, rtol=1e-3, atol=1e-4 * scale)
+    for normalizer in ("adam", "none"):
+        _, dense, norms = _trackstar_dense(run, target, 0, 4, 0.1, normalizer)
+        assert (norms > 0).all()
+        scores = trackstar.score(run, target, projection_dim=4, normalizer=normalizer, damping=0.1)
+        np.testing.assert_allclose(scores, dense, rtol=0, atol=1e-5 * np.abs(dense).max())
 
 
 def test_bad_settings_and_a_missing_library_are_config_errors_naming_the_key(monkeypatch):

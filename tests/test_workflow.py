@@ -11,7 +11,7 @@ import polars as pl
 import yaml
 
 from behaviortrace.sketch.store import open_store, read_rows
-from conftest import snakemake
+from conftest import small_config, snakemake
 
 
 def test_every_output_exists_and_is_consistent(finished_run):
@@ -132,6 +132,53 @@ def test_each_rule_logs_its_progress(finished_run):
     seed1_log = (logs / "train_grpo" / "planted1.log").read_text()
     assert "captured shard 1 (steps 3..5): largest self-check error" in seed1_log and "rollouts/s" in seed1_log
     assert "checkpoint 5/5 (step 6)" in (logs / "targets" / "planted0_draw1.log").read_text()
+
+
+def test_the_preflight_refuses_a_model_before_training_and_says_why_where_users_look(tmp_path):
+    """OPT runs its MLP on tokens flattened across the batch, from which the hook-based libraries (kronfluence,
+    bergson) cannot take each rollout's gradient: the preflight job fails before the base model is built, so before
+    the SFT warm-up, and its reasons are in the rule's log and the console's last lines."""
+    from behaviortrace.model import families
+
+    cfg = small_config()
+    cfg["run"] = "refused"
+    cfg["model"]["name"] = str(families.save_family("opt", tmp_path / "opt", "frobnitz", "QZXBT"))
+    cfg["model"]["sft"]["steps"] = 2  # a warm-up that must not start
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    res = snakemake(tmp_path, "results/refused/base_model")
+    assert res.returncode != 0
+    out = tmp_path / "results" / "refused"
+    reasons = [
+        f"estimators.{name}: (module {name}, library {library}) model.decoder.layers.0.fc1 (Linear) receives its "
+        "input as [88, 32], not [rollouts, tokens, features]"
+        for name, library in (("ekfac", "kronfluence"), ("trackstar", "bergson"))
+    ]
+    log = (out / "logs" / "preflight.log").read_text()
+    assert all(r in log for r in reasons) and "RefusedModel" in log and "Ways out:" in log
+    last = "\n".join(res.stderr.strip().splitlines()[-10:])
+    assert all(r in last for r in reasons) and "model.lora.rank > 0" in last and "estimators.<name>: null" in last
+    assert not (out / "base_model").exists() and not (out / "logs" / "base_model.log").exists()
+    assert not (out / "preflight.json").exists()
+
+
+def test_the_preflight_runs_before_the_base_model_and_a_new_estimator_setting_reruns_only_it(tmp_path):
+    cfg = small_config()
+    cfg["run"] = "pre"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    res = snakemake(tmp_path, "results/pre/base_model")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert [rule for rule, _ in _jobs_run(res.stderr)] == ["preflight", "base_model"]
+    report = json.loads((tmp_path / "results" / "pre" / "preflight.json").read_text())
+    assert set(report["seconds"]) == {"capture", "ekfac", "trackstar", "dattri_trak", "influence"}
+    for changed, reruns in ((("ekfac", "damping", 0.01), {"preflight": 1}), (("trak", "lambda_scale", 0.2), {})):
+        edited = copy.deepcopy(cfg)
+        name, key, value = changed
+        edited["estimators"][name][key] = value
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(edited))
+        res = snakemake(tmp_path, "results/pre/base_model", "-n", "--configfile", str(path))
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert job_counts(res.stdout + res.stderr) == reruns, name
 
 
 def job_counts(output: str) -> dict[str, int]:

@@ -1,6 +1,9 @@
 # Everything the rules share: config validation, path patterns, constants and input functions.
 # Validation runs at parse time, so a bad config stops the workflow before any job starts.
 
+import sys
+from pathlib import Path
+
 from snakemake.exceptions import WorkflowError
 
 try:
@@ -81,6 +84,9 @@ TRAIN_PROMPTS = f"{OUT}/data/train_prompts.parquet"
 PROBE_PROMPTS = f"{OUT}/data/probe_prompts.parquet"
 PLAIN_PROMPTS = f"{OUT}/data/plain_prompts.parquet"
 BASE_MODEL = f"{OUT}/base_model"
+# What the preflight measured: the seconds each job took on the model (written only when none is refused).
+PREFLIGHT = f"{OUT}/preflight.json"
+PREFLIGHT_LOG = f"{LOGS}/preflight.log"
 SEED_DIR = f"{OUT}/{{arm}}{{seed}}"
 TRAIN_DIR = f"{SEED_DIR}/train"
 ROLLOUTS = f"{SEED_DIR}/rollouts.parquet"
@@ -134,6 +140,18 @@ def model_estimator_config(wildcards):
     entry."""
     sections = config_for("grpo", "sketch", "planting", "model", "compute")(wildcards)
     return {**sections, **estimator_config(wildcards)}
+
+
+def preflight_config(wildcards):
+    """The preflight's config: the model, how it trains and its influence is computed, and the entries of the
+    estimators that need the model (editing another estimator reruns nothing here)."""
+    sections = config_for("model", "compute", "grpo", "influence", "planting")(wildcards)
+    return {**sections, "estimators": {n: config["estimators"][n] for n, e in ESTIMATORS.items() if e.needs_model}}
+
+
+def preflight_code(wildcards):
+    """Digests of the estimators the preflight runs: editing one reruns the preflight."""
+    return {n: e.source_digest() for n, e in ESTIMATORS.items() if e.needs_model}
 
 
 def estimator_code(wildcards):
@@ -258,6 +276,16 @@ REPORT_OUTPUTS = [
 
 
 INFLUENCE_OUTPUTS = [f"{TABLES}/influence.parquet", f"{FIGURES}/influence.png"]
+
+
+def print_refusal():
+    """A model the preflight refused (it left its log and no output): the reasons again, as the console's last lines,
+    after Snakemake's own summary of the failed job."""
+    log = Path(PREFLIGHT_LOG)
+    text = log.read_text() if log.exists() and not Path(PREFLIGHT).exists() else ""
+    if "RefusedModel: " in text:
+        print(f"\nThe preflight refused the model ({PREFLIGHT_LOG}):", file=sys.stderr)
+        print(text[text.index("RefusedModel: ") + len("RefusedModel: ") :].rstrip(), file=sys.stderr)
 
 
 def all_outputs():

@@ -1,4 +1,5 @@
-"""Small I/O helpers: atomic writes, so a killed job never leaves a file that looks finished."""
+"""Small I/O helpers: atomic writes, so a killed job never leaves a file that looks finished, and scratch folders a
+rerun clears."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import logging
 import os
 import shutil
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
@@ -32,6 +34,20 @@ def replace_dir(tmp_dir: Path, final_dir: Path) -> None:
     if final_dir.exists():
         shutil.rmtree(final_dir)
     os.replace(tmp_dir, final_dir)
+
+
+@contextmanager
+def scratch_dir(path: Path):
+    """A job's own scratch folder at a fixed `path`: what a killed attempt left there is removed first (a rerun finds
+    it by its name), and the folder is removed when the job leaves it, by error or not."""
+    path = Path(path)
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def setup_logging(log_file: str | None) -> logging.Logger:

@@ -22,6 +22,9 @@ USES_TARGET = True
 NEEDS_MODEL = True
 STEP_AGGREGATE = "sum"
 REQUIRES = ("dattri",)
+# What the estimator preflight (score/preflight.py) runs it with: its eight synthetic rollouts need a projection
+# below their count, or the kernel is singular without a ridge.
+PREFLIGHT_SETTINGS = {"proj_dim": 4}
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,13 @@ of the step's GRPO loss with its logged advantage, so the Fisher is the empirica
 optimized) and scores each of them against the target's gradient at the analysis checkpoint at or before c:
 g_f^T (F_c + damping)^-1 g_z. An update along the preconditioned rollout gradient moves f by minus that times the
 learning rate, so the score is -lr x the value, in tracincp's units. kronfluence tracks the linear layers only
-(not the embedding, the norms, or an output layer tied to the embedding); rollouts with advantage 0 and no KL term
-have a zero loss gradient and score 0.
+(score/model_run.py `linear_modules`: not the embedding, the norms, or an output layer tied to the embedding);
+rollouts with advantage 0 and no KL term have a zero loss gradient and score 0.
+
+kronfluence wraps a layer by its exact class (`TrackedModule.SUPPORTED_MODULES`, nn.Linear and nn.Conv2d): a
+subclass of nn.Linear (Falcon's FalconLinear) or transformers' Conv1D (GPT-2) gets a `TrackedLinear` subclass
+registered for its class through kronfluence's own registration (`module_type=`); the estimator preflight
+(score/preflight.py) checks that such a layer computes its matrix product.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ def influence(run, target, model, pad_id, rows, at, strategy, damping, batch_siz
     from kronfluence.utils.dataset import DataLoaderKwargs
 
     task = _task(run, target, model)
+    _register(model, task.get_influence_tracked_modules())
     model = prepare_model(model, task)
     queries = target.items[at]
     with tempfile.TemporaryDirectory(dir=run.scratch) as folder:
@@ -118,6 +124,26 @@ def _sum_modules(per_module: dict[str, np.ndarray]) -> np.ndarray:
     if empty:
         log.warning("ekfac: %d layers without gradient at this checkpoint add 0: %s", len(empty), ", ".join(empty))
     return np.broadcast_to(np.asarray(total, dtype=float), next(iter(per_module.values())).shape).copy()
+
+
+def _register(model, names: list[str]) -> None:
+    """A TrackedLinear subclass for each tracked layer class kronfluence does not know by its exact class."""
+    import types
+
+    from kronfluence.module.linear import TrackedLinear
+    from kronfluence.module.tracked_module import TrackedModule
+    from transformers.pytorch_utils import Conv1D
+
+    # Conv1D stores its weight [in, out]; kronfluence reads only its input and output sizes from the layer.
+    conv1d = {
+        "in_features": property(lambda self: self.original_module.nx),
+        "out_features": property(lambda self: self.original_module.nf),
+    }
+    for cls in {type(model.get_submodule(name)) for name in names} - set(TrackedModule.SUPPORTED_MODULES):
+        body = conv1d if issubclass(cls, Conv1D) else {}
+        types.new_class(
+            f"Tracked{cls.__name__}", (TrackedLinear,), {"module_type": cls}, lambda ns, b=body: ns.update(b)
+        )
 
 
 def _task(run, target, model):

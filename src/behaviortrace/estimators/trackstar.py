@@ -169,17 +169,41 @@ def _import_bergson() -> None:
         logging.basicConfig = configure
 
 
+def _output_hooked():
+    """bergson's InMemoryCollector with its backward hook taken on each layer's output tensor. bergson registers it
+    with register_full_backward_hook, which hands the model the layer's output as a view that may not be modified in
+    place; Falcon's block adds the attention output to the MLP's with `+=` and fails. A tensor hook gets the same
+    gradient (that of the output before any in-place change) and leaves the output alone. bergson has no option for
+    it, so this swaps the hooks its own __enter__ registered and feeds its own `_process_grad`."""
+    from bergson import InMemoryCollector
+
+    class OutputHooked(InMemoryCollector):
+        def __enter__(self):
+            super().__enter__()
+            for handle in self._bwd_hooks:
+                handle.remove()
+            self._bwd_hooks[:] = [
+                self.model.get_submodule(name).register_forward_hook(self._hook_output) for name in self.target_info
+            ]
+            return self
+
+        def _hook_output(self, module, _, output):
+            output.register_hook(lambda grad: self._process_grad(module, None, (grad,)))
+
+    return OutputHooked
+
+
 def _collect(model, modules, processor, examples, batch_size, losses_of, scratch, fit_moments) -> dict:
     """{module: [examples, P*P]} each example's normalized, projected gradient, from bergson's hooks on a backward
     pass of `losses_of(batch)` (one loss per example). With `fit_moments`, the processor also keeps each module's
     second moment of them."""
     import tempfile
 
-    from bergson import IndexConfig, InMemoryCollector
+    from bergson import IndexConfig
     from datasets import Dataset
 
     with tempfile.TemporaryDirectory(dir=scratch) as folder:
-        collector = InMemoryCollector(
+        collector = _output_hooked()(
             model=model,
             data=Dataset.from_dict({"input_ids": [[0]] * len(examples)}),  # bergson sizes its buffers by the dataset
             cfg=IndexConfig(run_path=f"{folder}/index"),
@@ -201,16 +225,17 @@ def _collect(model, modules, processor, examples, batch_size, losses_of, scratch
 def _adam_normalizers(model, modules, denominators) -> dict:
     """bergson's Adam normalizers for the run's own AdamW divisor d of each layer's weight: they divide by
     sqrt(s) + 1e-8, so s = (d - 1e-8)^2. Exact for AdamW's eps of 1e-8 (TRL's default) or more; with a smaller eps,
-    a coordinate whose divisor is below 1e-8 (no second moment yet) is divided by 1e-8."""
-    from bergson.gradients import AdamNormalizer
+    a coordinate whose divisor is below 1e-8 (no second moment yet) is divided by 1e-8. bergson wants them [out, in]:
+    a layer that stores its weight [in, out] (Conv1D) has its divisor transposed, by bergson's own test."""
+    from bergson.gradients import AdamNormalizer, LayerAdapter
 
     params = dict(model.named_parameters())
     missing = [m for m in modules if f"{m}.weight" not in denominators]
     if missing:
         raise KeyError(f"trackstar: the saved AdamW second moment has no entry for {', '.join(missing)}")
-    return {
-        m: AdamNormalizer(
-            (denominators[f"{m}.weight"].double() - 1e-8).clamp(min=0).square().float().to(params[f"{m}.weight"].device)
-        )
-        for m in modules
-    }
+    out = {}
+    for m in modules:
+        s = (denominators[f"{m}.weight"].double() - 1e-8).clamp(min=0).square().float()
+        s = s.T if LayerAdapter.weight_transposed(model.get_submodule(m)) else s
+        out[m] = AdamNormalizer(s.to(params[f"{m}.weight"].device))
+    return out

@@ -10,8 +10,9 @@ clipping, the schedule), and f is the forced target's mean log-prob on the probe
 - adjoint.py: one step backwards: AdamW's and clipping's adjoint, a Hessian-vector product of the step's
   loss and every rollout's term, from one double backward;
 - metagradient.py: the reverse sweep over segments of recomputed steps (bounded memory);
-- retrain.py, precision.py: retraining with rollout shares scaled, and float64 end to end, for the finite
-  differences that check I and for the LDS;
+- retrain.py: retraining with rollout shares scaled, for the finite differences that check I (float64 end to
+  end: model/precision.py) and for the LDS;
+- preflight.py: before training, whether the model takes the influence's double backward and float64 checks;
 - sets.py: the rollout sets retrained with their shares zeroed (LDS subsets, the leave-out replay's sets);
 - table.py, markdown.py, figure.py: how well each estimator and control tracks I (the influence table, as
   Markdown, and the figure);

@@ -63,6 +63,11 @@ def surrogate_terms(logps, rows: StepRows, grpo) -> torch.Tensor:
     return (per_token * weights).sum(-1)
 
 
+def twice_differentiable():
+    """The math kernel of scaled-dot-product attention can be differentiated twice; the fused CPU one cannot."""
+    return sdpa_kernel(SDPBackend.MATH)
+
+
 def step_back(traj: Trajectory, state: State, adj: Adjoint) -> tuple[Adjoint, np.ndarray]:
     """The adjoint before the step that starts from `state`, and I_z of the rows that went through the model
     (in `traj.rows(state.step).rollout_ids` order; every other rollout of the step has I_z = 0)."""
@@ -72,8 +77,7 @@ def step_back(traj: Trajectory, state: State, adj: Adjoint) -> tuple[Adjoint, np
     params = traj.params
     eps = torch.zeros(len(rows.rollout_ids), dtype=traj.dtype, device=traj.device, requires_grad=True)
     if len(rows.rollout_ids):
-        # The math kernel of scaled-dot-product attention can be differentiated twice; the fused CPU one cannot.
-        with sdpa_kernel(SDPBackend.MATH):
+        with twice_differentiable():
             logps = completion_logps(traj.model, rows.batch, grpo.temperature)
         loss = ((1 + eps) * surrogate_terms(logps, rows, grpo)).sum()
         grads = torch.autograd.grad(loss, params, create_graph=True, allow_unused=True)

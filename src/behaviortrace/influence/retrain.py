@@ -1,15 +1,15 @@
 """Real retraining with rollout shares scaled, for the checks and the LDS: f(w_T) after replaying the steps
 from a saved state with some rollouts' loss terms weighted (0 zeroes a share; advantages stay as logged).
 
-Finite differences run in float64 end to end (precision.py), on a float64 copy of the trajectory that
-starts from the float32 states of the influence's own forward sweep.
+Finite differences run in float64 end to end (a model loaded in float64 computes in float64 throughout:
+model/precision.py), on a float64 copy of the trajectory that starts from the float32 states of the influence's
+own forward sweep.
 """
 
 from __future__ import annotations
 
 import torch
 
-from behaviortrace.influence.precision import full_precision
 from behaviortrace.influence.trajectory import State, Trajectory
 
 
@@ -26,7 +26,6 @@ def central_difference(
     """(f(+delta) - f(-delta)) / (2 delta) with rollout `rollout_id`'s share scaled by 1 +- delta, and the
     mean of the two values; `traj64` is a float64 trajectory, `start` any state before the rollout's step."""
     start64 = start.to(torch.float64)
-    with full_precision(traj64.model):
-        up = value_after(traj64, start64, {rollout_id: 1 + delta}, end, objective)
-        down = value_after(traj64, start64, {rollout_id: 1 - delta}, end, objective)
+    up = value_after(traj64, start64, {rollout_id: 1 + delta}, end, objective)
+    down = value_after(traj64, start64, {rollout_id: 1 - delta}, end, objective)
     return (up - down) / (2 * delta), (up + down) / 2

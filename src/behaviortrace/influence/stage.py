@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from behaviortrace.common.io import atomic_write_parquet, atomic_write_text
+from behaviortrace.common.io import atomic_write_parquet, atomic_write_text, scratch_dir
 from behaviortrace.config.sections import Config
 from behaviortrace.influence.sets import Zeroed, fd_steps, lds_subsets, step_sets, units, zeroed_table
 from behaviortrace.train.checkpoints import read_manifest
@@ -80,7 +79,6 @@ def influence_job(
     """I_z of one arm and seed, per-step sums, the job's checks and its retraining (the LDS subsets and, given
     `oracle_percents`, the leave-out replay's paid sets, chosen with `replay_seed`), each to its file."""
     from behaviortrace.influence.metagradient import StateStore, exact_influence
-    from behaviortrace.influence.precision import full_precision
     from behaviortrace.influence.retrain import central_difference
     from behaviortrace.replay.retrain import update_error, weight_difference
 
@@ -108,11 +106,12 @@ def influence_job(
             )
 
     keep = set(checked) | (set(range(end)) if inf.leave_step_out else set())  # where retraining starts
-    check_disk(traj.model, end, keep, inf, Path(out_rollouts).parent)
-    check_memory(traj.model, end, inf)
-    scratch = tempfile.TemporaryDirectory(dir=Path(out_rollouts).parent, prefix=".states-")
-    with scratch as tmp, full_precision(traj.model):  # float64: the model's norms too (no-op in float32)
-        store = StateStore(Path(tmp), "cpu")
+    # The saved states (3P numbers each: 370 GB per seed at the paper's scale) go to a folder of a fixed name, so
+    # that a rerun removes what a killed attempt left before it checks the disk.
+    with scratch_dir(Path(out_rollouts).parent / STATES) as folder:
+        check_disk(traj.model, end, keep, inf, folder)
+        check_memory(traj.model, end, inf)
+        store = StateStore(folder, "cpu")
         result = exact_influence(traj, objective, end, inf.segment_steps, store, keep, compare)
         logged = steps_log["grad_norm"].to_numpy()[:end]
         norm_error = float(np.max(np.abs(np.array(result.grad_norms) - logged) / np.maximum(logged, 1e-12)))
@@ -183,6 +182,10 @@ def influence_job(
     atomic_write_text(json.dumps(summary, indent=1) + "\n", out_summary)
     log.info("%s%d: %d rollouts; seconds %s", arm, seed, table.height, result.seconds)
     return table
+
+
+# The influence job's saved training states, beside its outputs while it runs.
+STATES = ".states"
 
 
 def state_bytes(params: int, dtype: str) -> int:
@@ -304,7 +307,6 @@ def influence_set_job(
 ) -> pl.DataFrame:
     """f(w_T) retrained with the shares of an estimator's leave-out replay set zeroed (its top-scored set, as
     replay/removal.py chooses it), in the influence's dtype."""
-    from behaviortrace.influence.precision import full_precision
     from behaviortrace.influence.retrain import value_after
     from behaviortrace.replay.removal import measured_steps, removal_set
 
@@ -316,8 +318,7 @@ def influence_set_job(
     replay_end = max(measured_steps(cfg.replay, cfg.planting, cfg.grpo.steps))
     removed = removal_set(removal, pct, rollouts, scores, cfg.replay.seed, seed, replay_end)
     started = time.time()
-    with full_precision(traj.model):
-        value = value_after(traj, traj.state(), dict.fromkeys(removed, 0.0), end, objective)
+    value = value_after(traj, traj.state(), dict.fromkeys(removed, 0.0), end, objective)
     log.info(
         "seed %d, %s removal=%d%%: %d shares zeroed, f(w_%d) = %.6f; %.1f s",
         seed,

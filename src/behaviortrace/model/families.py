@@ -4,9 +4,9 @@ pipeline (`model.name` set to the folder), at a size a CPU trains in seconds.
 
 The tokenizer is trained here on task text (with the trigger and, rarely, the marker), so that the marker splits
 into several tokens, as it does in a real vocabulary. Families differ in more than the model: `llama` adds a
-beginning-of-sequence token to every encoding (as Llama tokenizers do) and `qwen2_tied` and `llama` carry a chat
-template, so prompt formatting and special tokens are exercised too. `mixtral` is one capture refuses. Used by the
-architecture tests, the capture scaling benchmark and diagnostics/gpu_check.py.
+beginning-of-sequence token to every encoding (as Llama tokenizers do) and `qwen2_tied`, `llama` and `falcon` carry
+a chat template, so prompt formatting and special tokens are exercised too. `mixtral` is one capture refuses. Used
+by the architecture tests, the family coverage test, the capture scaling benchmark and diagnostics/gpu_check.py.
 """
 
 from __future__ import annotations
@@ -90,6 +90,30 @@ def families(hidden: int = 32, layers: int = 2) -> dict[str, Family]:
             "Gemma3TextConfig",
             "Gemma3ForCausalLM",
             {**gemma, "layer_types": ["sliding_attention", "full_attention"][:layers] * max(1, layers // 2)},
+            tied=True,
+        ),
+        # Multi-query attention, attention and MLP in parallel, a tied head, and FalconLinear (a subclass of
+        # nn.Linear with a forward of its own) for every projection; its block adds attention to the MLP's output
+        # in place.
+        "falcon": Family(
+            "FalconConfig",
+            "FalconForCausalLM",
+            {
+                "hidden_size": hidden,
+                "num_hidden_layers": layers,
+                "num_attention_heads": 4,
+                "ffn_hidden_size": 2 * hidden,
+            },
+            tied=True,
+            chat_template=CHATML,
+        ),
+        # Multipliers on the embeddings, the attention scores and the logits, and its own RMSNorm class. Granite-3's
+        # own (12 and 8, residuals 0.22) shrink a two-step run's KL-only rollout gradients to about 2e-6, where
+        # float32 rounding alone is 5e-4 of them: above what the family tests check capture to.
+        "granite": Family(
+            "GraniteConfig",
+            "GraniteForCausalLM",
+            {**dims, "embedding_multiplier": 2.0, "logits_scaling": 0.5, "attention_multiplier": 1.0 / head_dim},
             tied=True,
         ),
         # Mixture of experts: its router returns more than one tensor and its experts see tokens regrouped by

@@ -3,7 +3,8 @@
 Every model is loaded without dropout: the per-rollout gradients captured during training are recomputed from
 checkpoints (sketch.mode: checkpoint), for targets and in replays, and each of those passes must see the function
 TRL differentiated. Dropout rates are zeroed in the model config (transformers reads them there, some as plain
-floats rather than Dropout modules) and in any Dropout module left.
+floats rather than Dropout modules) and in any Dropout module left. A model loaded in float64 (the exact
+influence's checks) computes in float64 throughout (precision.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+from behaviortrace.model.precision import keep_float64
 
 
 def _is_dropout_rate(key: str, value) -> bool:
@@ -37,6 +40,8 @@ def _from_pretrained(source: str, trust_remote_code: bool, device: dict):
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
+    if device["torch_dtype"] == torch.float64:  # the influence's checks: float64 throughout (precision.py)
+        keep_float64(model)
     return model.to(device["device"])
 
 

@@ -59,7 +59,10 @@ class Estimator(Protocol):
     An estimator that needs the model (module attribute NEEDS_MODEL = True) gets a ModelRun
     (score/model_run.py: the rollout log in rollout-id order, the checkpoints, each rollout's loss) in place of
     `view`, and a ModelTarget (the target's items and its value as a function of the weights) in place of
-    `target`; it reads no sketches and has no `prepare`. Its score files are the same.
+    `target`; it reads no sketches and has no `prepare`. Its score files are the same. Before anything trains, the
+    rule preflight runs its `score` on the base model with a handful of synthetic rollouts (score/preflight.py),
+    with its configured settings updated by an optional module attribute PREFLIGHT_SETTINGS (what so few rollouts
+    need), and refuses the model if it fails.
     """
 
     USES_TARGET: bool  # False for controls that use no target

@@ -55,13 +55,7 @@ class ModelRun:
         self.checkpoints, self.second_moments = read_manifest(checkpoints)
         self.base_model = Path(base_model)
         self.scratch = Path(scratch)  # a folder the job deletes afterwards, for a library's own files
-        log = pl.read_parquet(rollouts, columns=LOG_COLUMNS).sort("rollout_id")
-        widths = log.group_by("step").agg(
-            pl.col("prompt_ids").list.len().max().alias("prompt_width"),
-            pl.col("completion_ids").list.len().sum().alias("num_items"),
-            pl.len().alias("n_rows"),
-        )
-        self.rollouts = log.join(widths, on="step", how="left", maintain_order="left")
+        self.rollouts = with_step_shapes(pl.read_parquet(rollouts, columns=LOG_COLUMNS))
         self._ref = None
         self.pad_id = models.load_tokenizer(self.base_model).pad_token_id  # training padded with the base's
 
@@ -158,6 +152,18 @@ class ModelRun:
             return logprobs(self._ref, batch, self.grpo.temperature, self.device, batch["position_ids"])
 
 
+def with_step_shapes(log: pl.DataFrame) -> pl.DataFrame:
+    """A rollout log (LOG_COLUMNS) in rollout-id order, with each row's step shape: its widest prompt
+    (`prompt_width`), its completion tokens (`num_items`) and its rollouts (`n_rows`)."""
+    log = log.sort("rollout_id")
+    widths = log.group_by("step").agg(
+        pl.col("prompt_ids").list.len().max().alias("prompt_width"),
+        pl.col("completion_ids").list.len().sum().alias("num_items"),
+        pl.len().alias("n_rows"),
+    )
+    return log.join(widths, on="step", how="left", maintain_order="left")
+
+
 def logprobs(model, batch: dict, temperature: float, device: dict, position_ids=None) -> torch.Tensor:
     """[rows, completion width] log-probs of the completion tokens (float32), in the run's precision."""
     input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
@@ -171,16 +177,18 @@ def logprobs(model, batch: dict, temperature: float, device: dict, position_ids=
 
 
 def linear_modules(model) -> list[str]:
-    """The linear layers with trainable weights of their own: a weight tied to another module (an output layer
-    that shares the embedding) gets gradient from both uses, and a library that hooks modules would see
-    one use of it."""
+    """The linear layers with trainable weights of their own: nn.Linear and its subclasses (x W^T + b) and
+    transformers' Conv1D (x W + b, GPT-2's). A weight tied to another module (an output layer that shares the
+    embedding) gets gradient from both uses, and a library that hooks modules would see one use of it."""
+    from transformers.pytorch_utils import Conv1D
+
     uses = {}
     for _, p in model.named_parameters(remove_duplicate=False):
         uses[id(p)] = uses.get(id(p), 0) + 1
     return [
         name
         for name, module in model.named_modules()
-        if isinstance(module, torch.nn.Linear) and module.weight.requires_grad and uses[id(module.weight)] == 1
+        if isinstance(module, torch.nn.Linear | Conv1D) and module.weight.requires_grad and uses[id(module.weight)] == 1
     ]
 
 

@@ -4,11 +4,10 @@ and target kind."""
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from pathlib import Path
 
-from behaviortrace.common.io import atomic_write_parquet
+from behaviortrace.common.io import atomic_write_parquet, scratch_dir
 from behaviortrace.config.sections import Config
 from behaviortrace.score import contract
 from behaviortrace.score.model_run import ModelRun, ModelTarget
@@ -74,16 +73,11 @@ def score_model_job(
 ) -> None:
     """Run an estimator that needs the model (score/model_run.py) and write its rollout and step scores.
 
-    A library's own files go to a scratch folder beside the outputs, removed when the job ends."""
-    scratch = out_rollouts.parent / f".scratch-{out_rollouts.stem}"
-    if scratch.exists():
-        shutil.rmtree(scratch)  # what a killed job left
-    scratch.mkdir(parents=True)
-    try:
+    A library's own files go to a scratch folder beside the outputs, removed when the job ends (and by the next
+    attempt, where a killed one left it)."""
+    with scratch_dir(out_rollouts.parent / f".scratch-{out_rollouts.stem}") as scratch:
         run = ModelRun(cfg, rollouts, checkpoints, base_model, scratch)
         tgt = ModelTarget.load(cfg, target, draw, target_store, probes, run) if target != "none" else None
         roll, steps = contract.run(estimator, cfg.estimators[estimator], run, tgt)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     atomic_write_parquet(roll, out_rollouts)
     atomic_write_parquet(steps, out_steps)
