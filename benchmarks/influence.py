@@ -74,7 +74,7 @@ def main() -> None:
 
     def influence(k: int):
         model, tokenizer = models.load(ckpt0, device)
-        traj = Trajectory(model, ref, rollouts, cfg.grpo, device, tokenizer.pad_token_id)
+        traj = Trajectory(model, ref, rollouts, cfg.grpo, device, tokenizer.pad_token_id, cfg.influence.semantics)
         objective = ForcedTarget(ForcedTargetProbe(tokenizer, probes, cfg.planting.marker, cfg.grpo.temperature))
         with tempfile.TemporaryDirectory() as tmp:
             return exact_influence(traj, objective, end, k, StateStore(Path(tmp), "cpu"))

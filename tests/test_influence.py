@@ -1,6 +1,7 @@
-"""Exact influence on a real small TRL run: the replayed forward pass reproduces the trained weights, I_z
-matches central finite differences of real retraining (float64), segments change nothing, and the summed
-influence of a few rollouts predicts what zeroing their shares does."""
+"""Exact influence on a real small TRL run: the replayed forward pass reproduces the trained weights, a rollout's
+weight 0 is the leave-out replay's removal under both meanings (through the advantages, held), I_z matches central
+finite differences of real retraining (float64) under both, per rollout and per group, segments change nothing,
+and the summed influence of a few rollouts predicts what zeroing their shares does."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 from behaviortrace.evaluate import correlation
 from behaviortrace.gradients.batch import completion_logps
-from behaviortrace.influence.adjoint import surrogate_terms
+from behaviortrace.influence.adjoint import CHANNELS, surrogate_terms
 from behaviortrace.influence.batched import values_after
 from behaviortrace.influence.metagradient import StateStore, exact_influence
 from behaviortrace.influence.objective import ForcedTarget
@@ -24,8 +25,9 @@ from behaviortrace.influence.retrain import central_difference, value_after
 from behaviortrace.influence.table import given_step, pearson, precision_at_top, spearman, top_share
 from behaviortrace.influence.trajectory import Trajectory
 from behaviortrace.model import models
-from behaviortrace.replay.retrain import update_error, weight_difference
+from behaviortrace.replay.retrain import replay_training, update_error, weight_difference
 from behaviortrace.train.effect import ForcedTargetProbe
+from behaviortrace.train.trl_surface import group_advantages, weighted_advantages
 from conftest import typed
 from tolerance import UPDATE_TOLERANCE, within
 
@@ -36,6 +38,7 @@ FD_DELTA = 1e-6
 FD_TOLERANCE = 1e-3
 ADAM_DEFAULTS = {"adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-8}  # the replay builds the configured AdamW
 STEPS = 6  # the small run's whole schedule: T = final, every step before it has rollouts to check
+SEMANTICS = ("held", "advantages")
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +52,12 @@ def run(small_run):
     return {**small_run, "ckpts": ckpts, "probes": probes}
 
 
-def trajectory(run, cpu, dtype=torch.float32, **grpo):
+def trajectory(run, cpu, dtype=torch.float32, semantics="held", **grpo):
     device = {**cpu, "torch_dtype": dtype}
     model, tokenizer = models.load(run["ckpts"][0], device)
     ref = models.load(run["base_model"], device)[0].eval()
     cfg = typed({**run["cfg"], "grpo": {**run["cfg"]["grpo"], **grpo}})
-    traj = Trajectory(model, ref, run["rollouts"], cfg.grpo, device, tokenizer.pad_token_id)
+    traj = Trajectory(model, ref, run["rollouts"], cfg.grpo, device, tokenizer.pad_token_id, semantics)
     probe = ForcedTargetProbe(tokenizer, run["probes"], cfg.planting.marker, cfg.grpo.temperature)
     return traj, ForcedTarget(probe)
 
@@ -109,6 +112,119 @@ def test_a_float64_replay_reproduces_float32_training_as_a_share_of_its_update(r
     assert len(shares) == len(run["ckpts"]) - 1 and within(max(shares), UPDATE_TOLERANCE), shares
 
 
+def _kept_advantages(rewards, groups, keep, scale):
+    """TRL's advantages of the kept rollouts, written out with numpy in float64 (dropped rollouts: 0)."""
+    out = np.zeros(len(rewards))
+    kept = rewards[keep]
+    batch_std = kept.std(ddof=1) if keep.sum() > 1 else np.nan
+    for g in np.unique(groups):
+        members = keep & (groups == g)
+        if not members.any():
+            continue
+        residual = rewards[members] - rewards[members].mean()
+        if scale == "none":
+            out[members] = residual
+            continue
+        std = batch_std if scale == "batch" else (rewards[members].std(ddof=1) if members.sum() > 1 else np.nan)
+        out[members] = 0.0 if np.isnan(std) else residual / (std + 1e-4)
+    return out
+
+
+def _frequency_weighted(rewards, groups, weights):
+    """Group-scaled advantages with frequency weights (a weight w counts a rollout w times), written out in numpy."""
+    out = np.zeros(len(rewards))
+    for g in np.unique(groups):
+        m = groups == g
+        w, r = weights[m], rewards[m]
+        mean = (w * r).sum() / w.sum()
+        std = np.sqrt((w * (r - mean) ** 2).sum() / (w.sum() - 1))
+        out[m] = (r - mean) / (std + 1e-4) if std > 0 else 0.0
+    return out
+
+
+def test_weighted_advantages_are_trls_at_weight_one_and_drop_a_rollout_at_weight_zero(run):
+    """On every step of the real run: with every weight 1 the weighted advantages are the ones TRL logged (float32),
+    and with some weights 0 (a paid rollout, a whole group, all but one rollout of a group) they are TRL's
+    advantages of the rollouts left, written out in float64 (mean and Bessel-corrected std of the kept rewards), and
+    the leave-out replay's NaN-aware float32 ones; for scale_rewards group, batch and none."""
+    for (step,), rows in run["rollouts"].sort("rollout_id").group_by("step", maintain_order=True):
+        rewards, groups = rows["reward"].to_numpy(), rows["group_id"].to_numpy()
+        same = torch.tensor(groups[:, None] == groups[None, :], dtype=torch.float64)
+
+        def weighted(weights, scale, rewards=rewards, same=same):
+            w = torch.tensor(weights, dtype=torch.float64)
+            return weighted_advantages(torch.tensor(rewards), same, w, scale).numpy()
+
+        logged = rows["advantage"].to_numpy()
+        np.testing.assert_allclose(weighted(np.ones(len(rewards)), "group"), logged, rtol=1e-5, atol=1e-6)
+        first, second = (np.flatnonzero(groups == g) for g in np.unique(groups)[:2])
+        paid = np.flatnonzero(rows["paid"].to_numpy())
+        keep = np.ones(len(rewards), bool)
+        keep[first] = False  # a whole group
+        keep[second[1:]] = False  # all but one rollout of another
+        keep[paid[:1]] = False
+        assert keep.any() and not keep.all()
+        for scale in ("group", "batch", "none"):
+            for mask in (keep, np.ones(len(rewards), bool)):
+                expected = _kept_advantages(rewards, groups, mask, scale)
+                found = weighted(mask.astype(float), scale) * mask
+                np.testing.assert_allclose(found, expected, rtol=1e-12, atol=1e-12)
+                replay = group_advantages(rewards, groups, mask, scale)
+                np.testing.assert_allclose(found, replay, rtol=1e-6, atol=1e-6)
+        assert step == rows["step"][0]
+
+
+@pytest.mark.parametrize("beta", [0.1, 0.0], ids=["kl", "no_kl"])
+@pytest.mark.parametrize("semantics", SEMANTICS)
+def test_a_zero_weight_is_the_leave_out_replays_removal(run, cpu, semantics, beta):
+    """Training with some rollouts' weights 0 (a paid rollout and a whole group of step 0, all but one rollout of a
+    group of step 1) is the leave-out replay that leaves them out with the same meaning (replay/retrain.py: TRL's
+    advantages of the rollouts left and the kept batch's normalization, or both as logged), step by step, in
+    float64; the replay with the other meaning lands far from it."""
+    rollouts = run["rollouts"].sort("rollout_id")
+    removed = set()
+    for step, how in ((0, "paid and a group"), (1, "all but one")):
+        rows = rollouts.filter(pl.col("step") == step)
+        group = rows.filter(pl.col("group_id") == rows["group_id"][0])["rollout_id"].to_list()
+        removed |= set(group) if how != "all but one" else set(group[1:])
+        if how == "paid and a group":
+            removed.add(rows.filter(pl.col("paid") & ~pl.col("rollout_id").is_in(group))["rollout_id"][0])
+    # The default run's optimizer: at TRL's AdamW epsilon 1e-8 the first update is the sign of each gradient
+    # coordinate, so the replay's float32 rounding of its advantages flips coordinates whose gradient nearly
+    # cancels (6.6e-6 of the update measured here), which says nothing about the two steps being the same step.
+    smooth = {"beta": beta, "adam_epsilon": 1e-3, "max_grad_norm": 1e9}
+    traj, _ = trajectory(run, cpu, torch.float64, semantics, **smooth)
+    device = {**cpu, "torch_dtype": torch.float64}
+    grpo = typed({**run["cfg"], "grpo": {**run["cfg"]["grpo"], **smooth}}).grpo
+    ref = models.load(run["base_model"], device)[0].eval()
+    origin = traj.state()
+    trained = {}
+    with full_precision(traj.model):
+        traj.run(STEPS, dict.fromkeys(removed, 0.0), lambda s: trained.setdefault(s, traj.state().weights))
+    names = dict(zip(traj.names, range(len(traj.names)), strict=True))
+    shares = {}
+    for meaning in SEMANTICS:
+        model = models.load(run["ckpts"][0], device)[0]
+        replayed = {}
+
+        def keep(step, m, replayed=replayed):
+            replayed[step] = {n: p.detach().clone() for n, p in m.named_parameters() if n in names}
+
+        with full_precision(model):
+            replay_training(model, ref, run["rollouts"], grpo, removed, device, traj.pad_id, keep, semantics=meaning)
+        errors = []
+        for step in range(1, STEPS + 1):
+            diff = sum(float((trained[step][names[n]] - w).pow(2).sum()) for n, w in replayed[step].items())
+            update = sum(float((trained[step][i] - origin.weights[i]).pow(2).sum()) for i in names.values())
+            errors.append((diff / update) ** 0.5)
+        shares[meaning] = max(errors)
+    print(f"{semantics}, beta {beta}: largest share of the update off the replay, by its meaning: {shares}")
+    # The replay takes its advantages in float32 (TRL's arithmetic): that rounding is all (4.5e-8 measured).
+    assert within(shares[semantics], 1e-6), shares
+    other = next(m for m in SEMANTICS if m != semantics)
+    assert shares[other] > 1e5 * 1e-6, shares
+
+
 def test_the_differentiated_terms_have_trls_gradient(run, cpu):
     """Per rollout, the surrogate terms the reverse sweep differentiates twice have exactly the gradient of
     TRL's loss term (KL term included: the small run trains with beta > 0)."""
@@ -125,6 +241,7 @@ def test_the_differentiated_terms_have_trls_gradient(run, cpu):
         torch.testing.assert_close(grads[1], grads[0], rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.parametrize("semantics", SEMANTICS)
 @pytest.mark.parametrize(
     ("grpo", "clipping"),
     [
@@ -138,8 +255,12 @@ def test_the_differentiated_terms_have_trls_gradient(run, cpu):
     ],
     ids=["as_trained", "mixed_clipping_decay_schedule", "adam_settings_no_clipping"],
 )
-def test_influence_matches_central_differences_of_retraining(run, cpu, tmp_path, grpo, clipping):
-    traj, objective = trajectory(run, cpu, torch.float64, **grpo)
+def test_influence_matches_central_differences_of_retraining(run, cpu, tmp_path, grpo, clipping, semantics):
+    """The most influential rollout of every step, and its whole group scaled together, against float64 central
+    differences of retraining with their weights at 1 +- delta, under the trajectory's semantics: through the
+    advantages (the weights in the group's statistics and the normalization too) or held."""
+    traj, objective = trajectory(run, cpu, torch.float64, semantics, **grpo)
+    groups = dict(run["rollouts"].select("rollout_id", "group_id").iter_rows())
     with full_precision(traj.model):
         result, store = influence(traj, objective, tmp_path, keep=range(STEPS))
         checked = []
@@ -150,10 +271,14 @@ def test_influence_matches_central_differences_of_retraining(run, cpu, tmp_path,
             fd, _ = central_difference(traj, store.load(step), z, FD_DELTA, STEPS, objective)
             coarser, _ = central_difference(traj, store.load(step), z, 10 * FD_DELTA, STEPS, objective)
             checked.append((step, result.influence[i], fd, coarser))
+            group = rows[[groups[int(r)] == groups[z] for r in result.rollout_ids[rows]]]
+            fd, _ = central_difference(traj, store.load(step), result.rollout_ids[group], FD_DELTA, STEPS, objective)
+            checked.append((step, result.influence[group].sum(), fd, None))
     assert np.isfinite(result.influence).all()
     for step, value, fd, coarser in checked:
         assert within(abs(value - fd), FD_TOLERANCE * abs(fd)), (step, value, fd)
-        assert within(abs(coarser - fd), FD_TOLERANCE * abs(fd)), (step, fd, coarser)  # delta in the stable range
+        if coarser is not None:  # delta in the stable range
+            assert within(abs(coarser - fd), FD_TOLERANCE * abs(fd)), (step, fd, coarser)
     limit = typed({**run["cfg"], "grpo": {**run["cfg"]["grpo"], **grpo}}).grpo.max_grad_norm
     clipped = np.array(result.grad_norms) > limit
     expected = {"every": clipped.all(), "some": clipped.any() and not clipped.all(), "none": not clipped.any()}
@@ -161,21 +286,63 @@ def test_influence_matches_central_differences_of_retraining(run, cpu, tmp_path,
     settings = traj.optimizer.param_groups[0]
     assert (*settings["betas"], settings["eps"]) == tuple(grpo.get(k, d) for k, d in ADAM_DEFAULTS.items())
     # Scaling a clipped step's whole loss leaves its clipped gradient as it is (up to the 1e-6 torch adds to the
-    # norm), so its rollouts' influences sum to zero: an independent check of the clipping adjoint.
+    # norm), so with advantages held its rollouts' influences sum to zero: an independent check of the clipping
+    # adjoint. (Through the advantages a step's gradient hardly depends on its weights' common scale at all: the
+    # normalization divides it out, and only the Bessel correction of the groups' std is left.)
     for step in np.flatnonzero(clipped):
-        values = result.influence[result.steps == step]
+        values = result.held[result.steps == step]
         assert within(abs(values.sum()), 1e-5 * np.abs(values).sum()), (step, values.sum())
 
 
+def test_the_influence_through_the_advantages_splits_as_the_chain_rule_does(run, cpu, tmp_path):
+    """The four parts of I_z through the advantages (adjoint.py), against the chain rule written out from the held
+    part, which is z's own term <gamma, grad l_z> A_z / N (no KL term, DAPO): the normalization part is
+    -n_z / N times the step's summed held part, and the advantage parts are sum_y (dA_y / du_z) held_y / A_y, with
+    the derivatives of the advantages taken by central differences of the numpy formula (_kept_advantages)."""
+    # Unclipped (the default run's optimizer): clipping would take the normalization's common scale out of every
+    # step's gradient, and leave that part 0.
+    traj, objective = trajectory(run, cpu, torch.float64, "advantages", beta=0.0, adam_epsilon=1e-3, max_grad_norm=1e9)
+    with full_precision(traj.model):
+        result = influence(traj, objective, tmp_path)[0]
+    log = run["rollouts"].sort("rollout_id")
+    assert set(CHANNELS) == set(result.channels) and np.array_equal(log["rollout_id"], result.rollout_ids)
+    for step in range(STEPS):
+        rows = log.filter(pl.col("step") == step)
+        at = result.steps == step
+        held, tokens = result.held[at], rows["completion_ids"].list.len().to_numpy().astype(float)
+        normalization = -tokens / tokens.sum() * held.sum()
+        assert np.abs(normalization).max() > 1e-2 * np.abs(held).max()  # the step's held parts do not cancel
+        np.testing.assert_allclose(result.channels["normalization"][at], normalization, rtol=1e-9, atol=1e-14)
+        rewards, groups = rows["reward"].to_numpy(), rows["group_id"].to_numpy()
+        advantages = rows["advantage"].to_numpy()
+        moves = advantages != 0
+        per_unit = np.where(moves, held / np.where(moves, advantages, 1), 0)  # <gamma, grad l_y> / N
+
+        h = 1e-6
+        own, siblings = np.zeros(len(rewards)), np.zeros(len(rewards))
+        for z in range(len(rewards)):
+            up, down = np.ones(len(rewards)), np.ones(len(rewards))
+            up[z], down[z] = 1 + h, 1 - h
+            change = (_frequency_weighted(rewards, groups, up) - _frequency_weighted(rewards, groups, down)) / (2 * h)
+            change *= per_unit
+            own[z], siblings[z] = change[z], change.sum() - change[z]
+        scale = np.abs(result.advantages[at]).max()
+        np.testing.assert_allclose(result.channels["own_advantage"][at], own, rtol=0, atol=1e-6 * scale)
+        np.testing.assert_allclose(result.channels["siblings"][at], siblings, rtol=0, atol=1e-6 * scale)
+        assert np.abs(siblings).max() > 1e-3 * scale  # the siblings' part is there to check
+
+
+@pytest.mark.parametrize("semantics", SEMANTICS)
 @pytest.mark.parametrize(
     "grpo",
     [{}, {"max_grad_norm": 2.5, "weight_decay": 0.1, "lr_scheduler": "linear", "warmup_steps": 1}],
     ids=["as_trained", "mixed_clipping_decay_schedule"],
 )
-def test_batched_retraining_is_the_plain_retraining_set_by_set(run, cpu, grpo):
+def test_batched_retraining_is_the_plain_retraining_set_by_set(run, cpu, grpo, semantics):
     """values_after retrains many weightings of the rollouts at once (vmap over copies of the weights, its own
-    clipping and AdamW); each value is the plain retraining's, from step 0 and from a later state, float64."""
-    traj, objective = trajectory(run, cpu, torch.float64, **grpo)
+    clipping and AdamW); each value is the plain retraining's, from step 0 and from a later state, float64, under
+    either meaning of the weights."""
+    traj, objective = trajectory(run, cpu, torch.float64, semantics, **grpo)
     ids = run["rollouts"]["rollout_id"].to_numpy()
     rng = np.random.default_rng(3)
     weights = [{}, {int(ids[0]): 1.5}] + [

@@ -418,6 +418,16 @@ class Influence:
             ]
         },
     )
+    semantics: Literal["advantages", "held"] = key(
+        "advantages",
+        "what removing (or weighting) a rollout means for I, its LDS retrainings, leave-one-step-out and the leave-out "
+        "replay: advantages (its weight enters its group's reward mean and std and the loss normalization: 0 is the "
+        "step without it) or held (only its own term is scaled; advantages and normalization as logged)",
+    )
+    lds_both_semantics: bool = key(
+        True,
+        "retrain the LDS subsets under both meanings of removal, to report the LDS of I under each (twice the cost)",
+    )
     dtype: Literal["float32", "float64"] = key(
         "float32", "float32 (as trained) or float64 (exact arithmetic: FD checks agree to ~1e-6; ~2.5x the time)"
     )

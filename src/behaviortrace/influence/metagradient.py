@@ -1,4 +1,5 @@
-"""The reverse sweep: I_z for every rollout of the steps before T, by reverse mode through the replayed training.
+"""The reverse sweep: I_z for every rollout of the steps before T, by reverse mode through the replayed training,
+under both meanings of a rollout's weight at once (through the advantages, and held; adjoint.py).
 
 The forward sweep replays steps 0..T-1 and saves the training state at the start of every segment of
 `segment` steps (on disk); the last segment's states stay in memory. The backward sweep walks the
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from behaviortrace.influence.adjoint import Adjoint, step_back
+from behaviortrace.influence.adjoint import CHANNELS, Adjoint, step_back
 from behaviortrace.influence.trajectory import State, Trajectory
 
 log = logging.getLogger(__name__)
@@ -49,14 +50,32 @@ class StateStore:
 
 @dataclass
 class Influence:
-    """I_z of every rollout of the steps before T (rollout ids, steps, values), f(w_T) and its timings."""
+    """d f(w_T) / d u_z of every rollout of the steps before T (rollout ids, steps), per channel (adjoint.CHANNELS),
+    f(w_T), the gradient norms and timings. `advantages` is I_z through the advantages (the channels' sum), `held`
+    I_z with advantages and normalization held, `influence` the one of `semantics`."""
 
     rollout_ids: np.ndarray
     steps: np.ndarray
-    influence: np.ndarray
+    channels: dict[str, np.ndarray]
+    semantics: str
     f_end: float
     grad_norms: list[float]
     seconds: dict = field(default_factory=dict)
+
+    @property
+    def held(self) -> np.ndarray:
+        return self.channels["held"]
+
+    @property
+    def advantages(self) -> np.ndarray:
+        return sum(self.channels[name] for name in CHANNELS)
+
+    def of(self, semantics: str) -> np.ndarray:
+        return self.held if semantics == "held" else self.advantages
+
+    @property
+    def influence(self) -> np.ndarray:
+        return self.of(self.semantics)
 
 
 def segment_starts(end: int, segment: int) -> list[int]:
@@ -66,7 +85,7 @@ def segment_starts(end: int, segment: int) -> list[int]:
 def exact_influence(
     traj: Trajectory, objective, end: int, segment: int, store: StateStore, keep=(), on_step=None
 ) -> Influence:
-    """I_z = d objective(w_end) / d eps_z for the rollouts of steps 0..end-1, starting from `traj` at step 0.
+    """I_z = d objective(w_end) / d u_z for the rollouts of steps 0..end-1, starting from `traj` at step 0.
 
     `objective` has `value(model)` and `gradient(model)` (by parameter name). The state before every
     segment start and every step in `keep` is saved in `store` (and stays there, for retraining from it).
@@ -98,7 +117,7 @@ def exact_influence(
     adj = Adjoint.at_end([grad_f[name].to(traj.dtype) for name in traj.names])
 
     started, recompute = time.time(), 0.0
-    found: dict[int, np.ndarray] = {}
+    found: dict[int, dict[str, np.ndarray]] = {}
     for first in reversed(starts):
         if first == starts[-1]:
             states = last
@@ -118,12 +137,20 @@ def exact_influence(
         states.clear()
     seconds["recompute"] = recompute
     seconds["backward"] = time.time() - started - recompute
-    ids, steps, values = [], [], []
+    ids, steps = [], []
+    channels = {name: [] for name in CHANNELS}
     for step in range(end):
-        every = traj.by_step[(step,)]["rollout_id"].to_numpy()
-        value = np.zeros(len(every))
-        value[np.searchsorted(every, traj.rows(step).rollout_ids)] = found[step]
+        every = traj.rows(step).every
         ids.append(every)
         steps.append(np.full(len(every), step))
-        values.append(value)
-    return Influence(np.concatenate(ids), np.concatenate(steps), np.concatenate(values), f_end, grad_norms, seconds)
+        for name in CHANNELS:
+            channels[name].append(found[step][name])
+    return Influence(
+        np.concatenate(ids),
+        np.concatenate(steps),
+        {name: np.concatenate(v) for name, v in channels.items()},
+        traj.semantics,
+        f_end,
+        grad_norms,
+        seconds,
+    )
