@@ -485,6 +485,19 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     assert dict(table.schema) == COLUMNS
     runs = [("planted", s) for s in cfg["seeds"]] + [("placebo", s) for s in cfg["placebo"]["seeds"]]
     assert sorted(set(table.select("arm", "seed").rows())) == sorted(runs)
+    # Every row but the checks and the coupling of the two meanings is there under both meanings of removal; the rest
+    # of this test reads the configured one (the influence column of the job's output).
+    semantics = cfg["influence"]["semantics"]
+    meanings = table.group_by("level").agg(pl.col("semantics").drop_nulls().unique().sort())
+    assert all(
+        m.to_list() == ([] if level in ("check", "coupling") else ["advantages", "held"])
+        for level, m in meanings.rows()
+    ), meanings
+    coupling = table.filter(pl.col("level") == "coupling")
+    assert set(coupling["metric"]) >= {"spearman_rollout", "spearman_group", "paid_siblings_share", "top_overlap"}
+    lds_of_i = table.filter((pl.col("metric") == "lds") & (pl.col("estimator") == "influence"))
+    assert lds_of_i.group_by("semantics").len()["len"].to_list() == [len(runs) * 4] * 2  # 2 levels x 2 sizes
+    table = table.filter(pl.col("semantics").is_null() | (pl.col("semantics") == semantics))
     checks = table.filter(pl.col("level") == "check")
     for arm, seed in runs:
         value = {
@@ -496,6 +509,7 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
         assert within(value["checkpoint_update_error"], UPDATE_TOLERANCE), value
         assert within(value["grad_norm_error"], 1e-4), value
         assert within(value["f_end_error"], 1e-5) and within(value["fd_relative_error"], FD_TOLERANCE), value
+        assert within(value["fd_group_relative_error"], FD_TOLERANCE), value
         assert value["cost_ratio"] > 1
     # Every score set of every run and draw against I, at the rollout and step levels, and its LDS.
     keys = score_keys(cfg["estimators"], cfg["evaluation"]["target_kinds"])
@@ -524,6 +538,17 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     # Spot checks against the files, computed independently.
     seed_dir = out / "planted0"
     infl = pl.read_parquet(seed_dir / "influence" / "rollouts.parquet")
+    # I under the configured meaning, and I through the advantages as the sum of its four parts (adjoint.py).
+    assert infl["influence"].to_list() == infl[f"influence_{semantics}"].to_list()
+    parts = infl["influence_held"] + infl["via_own_advantage"] + infl["via_siblings"] + infl["via_normalization"]
+    np.testing.assert_allclose(parts, infl["influence_advantages"], rtol=1e-9, atol=1e-15)
+    # The coupling rows, from the files: the Spearman of the two meanings' I over rollouts and over groups.
+    log0 = pl.read_parquet(seed_dir / "rollouts.parquet").join(infl, on="rollout_id")
+    groups0 = log0.group_by("step", "group_id").agg(pl.col("influence_held", "influence_advantages").sum())
+    for metric, frame in (("spearman_rollout", log0), ("spearman_group", groups0)):
+        ranks = [frame[c].rank("average").to_numpy() for c in ("influence_held", "influence_advantages")]
+        row = coupling.filter((pl.col("arm") == "planted") & (pl.col("seed") == 0) & (pl.col("metric") == metric))
+        assert row["value"][0] == pytest.approx(np.corrcoef(*ranks)[0, 1])
     gas = pl.read_parquet(seed_dir / "scores" / "gas" / "draw0_in_context.parquet").join(infl, on="rollout_id")
     ranks = [gas[c].rank("average").to_numpy() for c in ("score", "influence")]
     cell = rollout.filter(
@@ -552,7 +577,9 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     assert lds_cell["value"][0] == pytest.approx(spearman(np.array(predicted), measured))
     assert infl.height == (summary["end"]) * cfg["grpo"]["prompts_per_step"] * cfg["grpo"]["num_generations"]
     top = pl.read_parquet(out / "tables" / "influence_top.parquet")
-    assert top.group_by("arm", "seed").len()["len"].to_list() == [10] * len(runs)
+    ranked = top.filter(pl.col("rank").is_not_null())
+    assert ranked.group_by("arm", "seed").len()["len"].to_list() == [10] * len(runs)
+    assert ((top["rank_held"] <= 10) | (top["rank_advantages"] <= 10)).all()
     # The paid rollouts' part of the positive influence, from the rollout log and I.
     log = pl.read_parquet(seed_dir / "rollouts.parquet").join(infl, on="rollout_id")
     positive = log.filter(pl.col("influence") > 0)
@@ -599,7 +626,7 @@ def test_the_finite_difference_diagnostic_agrees_on_a_finished_run(finished_run,
     assert table.height == 2 and table["step"].n_unique() == 2
     assert within(table["relative_error"].to_numpy(), FD_TOLERANCE), table
     # The run computed its influence in float64 too (the small config), so the two agree to rounding.
-    assert "the run's influence vs float64: Spearman 1.0000" in res.stdout
+    assert "the run's influence (advantages) vs float64: Spearman 1.0000" in res.stdout
 
 
 def test_each_lds_resample_is_the_spearman_of_the_resampled_subsets():

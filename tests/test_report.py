@@ -511,13 +511,19 @@ def test_lds_values_and_verdicts_recomputed(finished_run, out, checklist):
     target = limits["effect_target_kind"]
     instances = contract.instances(cfg["estimators"])
     log_only = {name for name, inst in instances.items() if inst.log_only}
+    # The checklist reads the LDS under the configured meaning of removal (the table holds the other one too).
+    semantics = cfg["influence"]["semantics"]
     table = pl.read_parquet(out / "tables" / "influence.parquet")
+    assert set(table["semantics"].drop_nulls()) == {"advantages", "held"}
+    table = table.filter(pl.col("semantics").is_null() | (pl.col("semantics") == semantics))
     lds = table.filter((pl.col("arm") == "planted") & (pl.col("metric") == "lds"))
     checked = 0
     for seed in cfg["seeds"]:
         folder = out / f"planted{seed}"
         f_end = json.loads((folder / "influence" / "summary.json").read_text())["f_end"]
         retrained = pl.read_parquet(folder / "influence" / "retrain.parquet").filter(pl.col("kind") == "lds")
+        assert set(retrained["semantics"]) == {"advantages", "held"}  # influence.lds_both_semantics
+        retrained = retrained.filter(pl.col("semantics") == semantics)
         assert set(retrained["level"]) == {"rollout", "group"}
         assert set(retrained["removal_percent"]) == set(cfg["influence"]["lds_percents"])
         for (level, pct), part in retrained.group_by("level", "removal_percent"):

@@ -69,7 +69,7 @@ rule aggregate:
         CONDA_ENV
     threads: 1
     params:
-        config=config_for("run", "checklist", "evaluation"),
+        config=config_for("run", "checklist", "evaluation", "influence"),
         arms=[arm for arm, _ in METRIC_FILES],
         log_only=[name for name, instance in ESTIMATORS.items() if instance.log_only],
         score_keys=list(SCORE_FILES),

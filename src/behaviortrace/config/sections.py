@@ -445,7 +445,7 @@ class Influence:
     )
     lds_subsets: int = key(
         30,
-        "random subsets per level and percent retrained with their shares zeroed, for the LDS (0: none; else >= 3)",
+        "random subsets per level and percent retrained with them removed, for the LDS (0: none; else >= 3)",
         minimum=0,
     )
     lds_percents: list[int] = key(
@@ -462,7 +462,7 @@ class Influence:
         uniqueItems=True,
     )
     leave_step_out: bool = key(
-        True, "retrain once per step before T with the step's shares zeroed: the exact step-level causal truth"
+        True, "retrain once per step before T with the step's rollouts removed: the exact step-level causal truth"
     )
     bootstrap: int = key(1000, "resamples of the subsets behind each LDS interval", minimum=10)
     retrain_batch: int = key(
@@ -473,7 +473,7 @@ class Influence:
     )
     sets: list[str] = key(
         From("replay.estimators"),
-        "replayed estimators whose top-scored sets are retrained with shares zeroed (the paid set: always)",
+        "replayed estimators whose top-scored sets are retrained with them removed (the paid set: always)",
         uniqueItems=True,
     )
     seed: int = key(0, "seed of the LDS subsets and of the checked steps", minimum=0)

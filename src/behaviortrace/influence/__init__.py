@@ -6,13 +6,15 @@ weights after replaying every optimizer step up to T (AdamW with its moments and
 clipping, the schedule), and f is the forced target's mean log-prob on the probe prompts.
 
 - objective.py: f itself and its gradient;
-- trajectory.py: the replayed training with per-rollout loss weights (the forward pass), and its states;
+- trajectory.py: the replayed training with a data weight per rollout, through the group's advantages and the
+  normalization or with both held (the forward pass), and its states;
 - adjoint.py: one step backwards: AdamW's and clipping's adjoint, a Hessian-vector product of the step's
-  loss and every rollout's term, from one double backward;
+  loss and every rollout's weight in its four parts (own term, own advantage, siblings' advantages,
+  normalization), from one double backward;
 - metagradient.py: the reverse sweep over segments of recomputed steps (bounded memory);
-- retrain.py, precision.py: retraining with rollout shares scaled, and float64 end to end, for the finite
+- retrain.py, precision.py: retraining with rollout weights changed, and float64 end to end, for the finite
   differences that check I and for the LDS;
-- sets.py: the rollout sets retrained with their shares zeroed (LDS subsets, the leave-out replay's sets);
+- sets.py: the rollout sets retrained with them removed (LDS subsets, the leave-out replay's sets);
 - table.py, markdown.py, figure.py: how well each estimator and control tracks I (the influence table, as
   Markdown, and the figure);
 - stage.py: the rules' jobs, with the influence job's checks of itself (the replay against the saved

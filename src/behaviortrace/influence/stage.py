@@ -412,19 +412,21 @@ def influence_metrics_job(
     atomic_write_parquet(table, out)
     atomic_write_text(table.write_csv(), csv)
     atomic_write_parquet(best, top)
-    write_md_and_html(to_markdown(table, best), markdown, html, "Exact influence")
+    write_md_and_html(to_markdown(table, best, cfg.influence.semantics), markdown, html, "Exact influence")
     log.info("influence table: %d rows for %d arms and seeds", table.height, len(inputs))
     return table
 
 
 PLANTED = "planted"  # the planted arm's name
 # The per-seed files the influence table reads, in SeedInputs' order.
-SEED_FILES = ("influence", "steps", "checks", "retrain", "summaries", "rollouts", "step_logs")
+SEED_FILES = ("influence", "checks", "retrain", "summaries", "rollouts", "step_logs")
 
 
 def influence_figure_job(cfg: Config, *, table: Path, log_only: list[str], out: Path) -> None:
-    """The influence figure from the influence table, with the target the checklist judges I with."""
+    """The influence figure from the influence table (under the configured meaning of removal), with the target the
+    checklist judges I with."""
     from behaviortrace.influence.figure import influence_figure
+    from behaviortrace.influence.table import of_semantics
 
     c = cfg.checklist
-    influence_figure(pl.read_parquet(table), c.effect_target_kind, out, log_only)
+    influence_figure(of_semantics(pl.read_parquet(table), cfg.influence.semantics), c.effect_target_kind, out, log_only)

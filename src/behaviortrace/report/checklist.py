@@ -33,6 +33,7 @@ PASS, FAIL, INCONCLUSIVE, NA = "pass", "fail", "inconclusive", "n/a"
 # (positive controls: faithful where training is smooth) and earlier-is-more (a negative one: minus the step).
 REFERENCES = ("influence", "datamodel", "earlier")
 LDS_ITEMS = ("lds_rollout", "lds_group")
+CAUSAL_ITEMS = ("replay_has_power", "replay_beats_random", *LDS_ITEMS)  # those that remove rollouts
 ITEMS = {
     "sketch_covers_parameters": "The sketch covers every trainable parameter, and per-rollout sketches add up to "
     "the step gradient's sketch (self-check): on every step against TRL's own gradient with train-time capture, "
@@ -65,7 +66,8 @@ ITEMS = {
     "AUC (Mann-Whitney) and step lift (step permutations); one-sided tests, Holm over every cell at `alpha`",
     "paid_unfindable_reported": "paid rollouts unfindable by construction (advantage 0) are counted, and their share "
     "is small",
-    "replay_has_power": "The causal check has power: leaving out the paid set and retraining lowers the probe behavior "
+    "replay_has_power": "The causal check has power: leaving out the paid set (as `influence.semantics` says) and "
+    "retraining lowers the probe behavior "
     "rate at the window's end by at least the threshold, and more than every removal of as "
     "many rollouts at random from the same steps, on every seed and k; fails where a cell's drop is short of the "
     "threshold or no larger than the random removals' mean",
@@ -76,12 +78,14 @@ ITEMS = {
     "measured change of the forced target's log-prob across that step's update, on every seed and draw (beside "
     "it, the same correlation for the number of ground-truth rollouts per step)",
     "lds_rollout": "Predicts what removing rollouts does: the LDS over random subsets of rollouts before the "
-    "influence checkpoint, retrained with their shares zeroed (targeted estimators at `effect_target_kind`), has its "
+    "influence checkpoint, retrained with them removed as `influence.semantics` says (targeted estimators at "
+    "`effect_target_kind`), has its "
     "interval at or above the threshold and, for an estimator that is not log-only, its margin over the strongest "
     "log-only control above 0, on every planted seed, draw and subset size. Fails where an interval lies wholly on "
     "the wrong side; n/a where even the exact influence and the datamodel lie wholly below the threshold (not "
     "attributable at this level in this regime)",
-    "lds_group": "The same over random subsets of whole groups (each zeroed group: its prompt never sampled)",
+    "lds_group": "The same over random subsets of whole groups (removed through the advantages, a group is its "
+    "prompt never sampled)",
 }
 
 
@@ -625,7 +629,8 @@ def to_json(table: dict[str, dict[str, Verdict]], cfg: Checklist) -> str:
     )
 
 
-def to_markdown(table: dict[str, dict[str, Verdict]], cfg: Checklist, run: str) -> str:
+def to_markdown(table: dict[str, dict[str, Verdict]], cfg: Checklist, run: str, semantics: str | None = None) -> str:
+    """The checklist page; `semantics` (influence.semantics) is what removing a rollout meant for the causal items."""
     items = list(ITEMS)
     mark = {PASS: "pass", FAIL: "**FAIL**", INCONCLUSIVE: "inconclusive", NA: "n/a"}
     rows = [[est, *[mark[table[est][i].verdict] for i in items]] for est in table]
@@ -633,7 +638,13 @@ def to_markdown(table: dict[str, dict[str, Verdict]], cfg: Checklist, run: str) 
         f"# Attribution checklist — run `{run}`\n",
         f"Targeted estimators are judged with the `{cfg.target_kind}` target, in stratum `{cfg.stratum}` "
         "unless an item says otherwise. Columns are numbered; the items and the numbers behind each verdict "
-        "follow the table.\n",
+        "follow the table."
+        + (
+            f" Removing a rollout (items {', '.join(str(items.index(i) + 1) for i in CAUSAL_ITEMS)}) means "
+            f"`{semantics}` (docs/influence.md).\n"
+            if semantics
+            else "\n"
+        ),
         markdown_table(["estimator", *[f"{n + 1}" for n in range(len(items))]], rows),
         "## Items\n",
     ]

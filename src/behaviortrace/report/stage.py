@@ -14,6 +14,7 @@ import zarr
 from behaviortrace.common.io import atomic_write_parquet, atomic_write_text
 from behaviortrace.common.markdown import write_md_and_html
 from behaviortrace.config.sections import Config
+from behaviortrace.influence.table import of_semantics
 from behaviortrace.report import checklist as C
 from behaviortrace.report.controls import controls_markdown, fluency_markdown
 from behaviortrace.report.figures import write_figures
@@ -157,11 +158,14 @@ def aggregate_job(
         pl.read_parquet(replay),
         checks,
         log_only,
-        pl.read_parquet(influence) if influence else None,
+        of_semantics(pl.read_parquet(influence), cfg.influence.semantics) if influence else None,
     )
     atomic_write_text(C.to_json(table, checks), outputs["checklist_json"])
     write_md_and_html(
-        C.to_markdown(table, checks, run), outputs["checklist"], outputs["checklist_html"], f"Checklist — {run}"
+        C.to_markdown(table, checks, run, cfg.influence.semantics),
+        outputs["checklist"],
+        outputs["checklist_html"],
+        f"Checklist — {run}",
     )
     log.info("checklist: %s", C.verdict_counts(table))
     targeted = sorted(set(metrics.filter(pl.col("target") != "none")["estimator"].to_list()) - set(NOT_ESTIMATORS))
