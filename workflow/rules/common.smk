@@ -261,7 +261,14 @@ INFLUENCE_OUTPUTS = [f"{TABLES}/influence.parquet", f"{FIGURES}/influence.png"]
 
 
 def all_outputs():
-    return [RUN_CONFIG, f"{TABLES}/training.md", f"{TABLES}/headroom.md", *REPORT_OUTPUTS, *INFLUENCE_OUTPUTS, RESULTS_PAGE]
+    return [
+        RUN_CONFIG,
+        f"{TABLES}/training.md",
+        f"{TABLES}/headroom.md",
+        *REPORT_OUTPUTS,
+        *INFLUENCE_OUTPUTS,
+        RESULTS_PAGE,
+    ]
 
 
 wildcard_constraints:

@@ -5,10 +5,10 @@ rule run_config:
         RUN_CONFIG,
     log:
         f"{LOGS}/run_config.log",
+    priority: 100
+    localrule: True
     conda:
         CONDA_ENV
-    localrule: True
-    priority: 100
     params:
         config=dict(config),
     script:
