@@ -325,6 +325,7 @@ def to_markdown(table: pl.DataFrame, top: pl.DataFrame, semantics: str) -> str:
         ("fd_relative_error", "I_z vs float64 central differences (largest relative error)", ".1e"),
         ("fd_group_relative_error", "a group's I vs float64 central differences (largest relative error)", ".1e"),
         ("cost_ratio", "time of the influence over its forward sweep (a plain replay)", ".2f"),
+        ("cost_ratio_cpu", "the same in CPU time", ".2f"),
     ]
     rows = [
         [label] + [_fmt(_cell(checks, arm=a, seed=s, metric=m), spec) for a, s in arms_seeds]

@@ -94,7 +94,9 @@ def exact_influence(
     if traj.done != 0:
         raise ValueError("the exact influence starts from step 0")
     segment = max(1, segment)
+    # Wall-clock seconds, and CPU seconds beside them (`_cpu`): a shared machine's load stretches the first only.
     seconds, started, checking = {}, time.time(), 0.0
+    cpu_started, cpu_checking = time.process_time(), 0.0
     starts = segment_starts(end, segment)
     last: list[State] = []
     grad_norms = []
@@ -105,30 +107,34 @@ def exact_influence(
             last.append(traj.state())
         grad_norms.append(traj.step())
         if on_step is not None:
-            t0 = time.time()
+            t0, c0 = time.time(), time.process_time()
             on_step(traj.done, traj)
             checking += time.time() - t0
+            cpu_checking += time.process_time() - c0
         if (step + 1) % 10 == 0 or step + 1 == end:
             log.info("forward: step %d/%d; %.1f s", step + 1, end, time.time() - started)
     seconds["forward"] = time.time() - started - checking  # the replay alone, without `on_step`'s checks
+    seconds["forward_cpu"] = time.process_time() - cpu_started - cpu_checking
     seconds["forward_checks"] = checking
     f_end = objective.value(traj.model)
     grad_f = objective.gradient(traj.model)
     adj = Adjoint.at_end([grad_f[name].to(traj.dtype) for name in traj.names])
 
     started, recompute = time.time(), 0.0
+    cpu_started, cpu_recompute = time.process_time(), 0.0
     found: dict[int, dict[str, np.ndarray]] = {}
     for first in reversed(starts):
         if first == starts[-1]:
             states = last
         else:
-            t0 = time.time()
+            t0, c0 = time.time(), time.process_time()
             traj.restore(store.load(first))
             states = []
             for _ in range(first, min(first + segment, end)):
                 states.append(traj.state())
                 traj.step()
             recompute += time.time() - t0
+            cpu_recompute += time.process_time() - c0
         for state in reversed(states):
             adj, found[state.step] = step_back(traj, state, adj)
             done = end - state.step
@@ -137,6 +143,8 @@ def exact_influence(
         states.clear()
     seconds["recompute"] = recompute
     seconds["backward"] = time.time() - started - recompute
+    seconds["recompute_cpu"] = cpu_recompute
+    seconds["backward_cpu"] = time.process_time() - cpu_started - cpu_recompute
     ids, steps = [], []
     channels = {name: [] for name in CHANNELS}
     for step in range(end):

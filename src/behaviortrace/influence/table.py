@@ -44,7 +44,8 @@ where influence.lds_both_semantics retrained it; the leave-out sets under the co
   gradient norms), `f_end_error` (to the forced target training logged at T), `fd_relative_error`
   (largest over the checked rollouts, against float64 central differences of retraining, of I under the configured
   meaning), `fd_group_relative_error` (the same for the checked rollouts' groups), `cost_ratio` (the job's
-  influence time over its forward sweep, a plain replay of the same steps).
+  influence time over its forward sweep, a plain replay of the same steps; `cost_ratio_cpu` the same in CPU time,
+  which a shared machine's load does not stretch).
 - level coupling (estimator influence): how much the coupling through the group's advantages matters:
   `spearman_rollout` and `spearman_group` (I held against I through the advantages, over rollouts and over groups),
   `top_overlap` (the share of the TOP rollouts by one that are among the TOP by the other), and the paid rollouts'
@@ -478,9 +479,10 @@ def check_rows(arm: str, seed: int, checks: pl.DataFrame, summary: dict) -> list
         if part.height:
             out.append(_row(*key, metric, part["error"].max(), part.height))
     sec = summary["seconds"]
-    out.append(
-        _row(*key, "cost_ratio", (sec["forward"] + sec["recompute"] + sec["backward"]) / sec["forward"], summary["end"])
-    )
+    for metric, end in (("cost_ratio", ""), ("cost_ratio_cpu", "_cpu")):
+        if f"forward{end}" in sec:
+            spent = sec[f"forward{end}"] + sec[f"recompute{end}"] + sec[f"backward{end}"]
+            out.append(_row(*key, metric, spent / sec[f"forward{end}"], summary["end"]))
     return out
 
 
