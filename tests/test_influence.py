@@ -485,14 +485,13 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     assert dict(table.schema) == COLUMNS
     runs = [("planted", s) for s in cfg["seeds"]] + [("placebo", s) for s in cfg["placebo"]["seeds"]]
     assert sorted(set(table.select("arm", "seed").rows())) == sorted(runs)
-    # Every row but the checks and the coupling of the two meanings is there under both meanings of removal; the rest
-    # of this test reads the configured one (the influence column of the job's output).
+    # Every row but the checks and the coupling of the two meanings is there under both meanings of removal, but the
+    # leave-out sets' (retrained under the configured one); the rest of this test reads the configured one (the
+    # influence column of the job's output).
     semantics = cfg["influence"]["semantics"]
-    meanings = table.group_by("level").agg(pl.col("semantics").drop_nulls().unique().sort())
-    assert all(
-        m.to_list() == ([] if level in ("check", "coupling") else ["advantages", "held"])
-        for level, m in meanings.rows()
-    ), meanings
+    meanings = dict(table.group_by("level").agg(pl.col("semantics").drop_nulls().unique().sort()).rows())
+    expected = {"check": [], "coupling": [], "set": [semantics]}
+    assert all(m == expected.get(level, ["advantages", "held"]) for level, m in meanings.items()), meanings
     coupling = table.filter(pl.col("level") == "coupling")
     assert set(coupling["metric"]) >= {"spearman_rollout", "spearman_group", "paid_siblings_share", "top_overlap"}
     lds_of_i = table.filter((pl.col("metric") == "lds") & (pl.col("estimator") == "influence"))
@@ -561,9 +560,9 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     assert cell["value"][0] == pytest.approx(np.corrcoef(*ranks)[0, 1]) and cell["n"][0] == infl.height
     summary = json.loads((seed_dir / "influence" / "summary.json").read_text())
     retrained = pl.read_parquet(seed_dir / "influence" / "retrain.parquet")
-    subsets = retrained.filter((pl.col("kind") == "lds") & (pl.col("level") == "rollout")).sort(
-        "removal_percent", "index"
-    )
+    subsets = retrained.filter(
+        (pl.col("kind") == "lds") & (pl.col("level") == "rollout") & (pl.col("semantics") == semantics)
+    ).sort("removal_percent", "index")
     subsets = subsets.filter(pl.col("removal_percent") == subsets["removal_percent"][0])
     predicted = [-infl.filter(pl.col("rollout_id").is_in(ids))["influence"].sum() for ids in subsets["removed_ids"]]
     measured = subsets["f"].to_numpy() - summary["f_end"]

@@ -18,7 +18,7 @@ from behaviortrace.common.markdown import markdown_to_html
 from behaviortrace.report import checklist as checklist_module
 from behaviortrace.report import tables
 from behaviortrace.score import contract
-from conftest import snakemake
+from conftest import snakemake, typed
 from tolerance import UPDATE_TOLERANCE, within
 
 
@@ -562,12 +562,36 @@ def test_lds_values_and_verdicts_recomputed(finished_run, out, checklist):
         assert verdict["verdict"] == "n/a" and "undefined" in verdict["detail"], verdict
 
 
-def test_positive_controls_pass_the_lds_items_and_negative_controls_fail(checklist):
-    """On the small run in the smooth regime: the exact influence passes both LDS items, and the random control,
-    the norm and earlier-is-more fail them; fluency does not pass (the items can be passed, and not by chance)."""
+def test_positive_controls_pass_the_lds_items_and_negative_controls_fail(finished_run, out, checklist):
+    """On the small run in the smooth regime: the exact influence passes both LDS items with advantages held (the
+    checklist's own rule on the table's held rows); through the advantages (the configured meaning) it passes
+    lds_group and its LDS interval clears the threshold in every rollout cell, where the reward look-up predicts
+    the removals nearly as well (one cell's margin over it straddles 0: inconclusive, measured). The random
+    control, the norm and earlier-is-more fail both items; fluency does not pass (the items can be passed, and not
+    by chance)."""
+    _, cfg = finished_run
+    assert cfg["influence"]["semantics"] == "advantages"
     items = ("lds_rollout", "lds_group")
     verdicts = {name: {row[item]["verdict"] for item in items} for name, row in checklist["estimators"].items()}
-    assert verdicts["influence"] == {"pass"}, [checklist["estimators"]["influence"][i]["detail"] for i in items]
+    details = [checklist["estimators"]["influence"][i]["detail"] for i in items]
+    assert checklist["estimators"]["influence"]["lds_group"]["verdict"] == "pass", details
+    assert checklist["estimators"]["influence"]["lds_rollout"]["verdict"] in ("pass", "inconclusive"), details
+    table = pl.read_parquet(out / "tables" / "influence.parquet")
+    limit = typed(cfg).checklist.min_lds
+    lows = table.filter(
+        (pl.col("arm") == "planted")
+        & (pl.col("estimator") == "influence")
+        & (pl.col("semantics") == "advantages")
+        & (pl.col("metric") == "lds_low")
+    )
+    assert lows.height == 8 and (lows["value"] >= limit).all(), lows
+    log_only = [name for name, inst in contract.instances(cfg["estimators"]).items() if inst.log_only]
+    held = table.filter(pl.col("semantics").is_null() | (pl.col("semantics") == "held"))
+    for item in items:
+        verdict = checklist_module.lds_item(
+            held, "influence", item.removeprefix("lds_"), log_only, typed(cfg).checklist
+        )
+        assert verdict.verdict == "pass", verdict.detail
     for name in ("random", "norm", "earlier"):
         assert verdicts[name] == {"fail"}, [checklist["estimators"][name][i]["detail"] for i in items]
     assert "pass" not in verdicts["fluency"]
