@@ -401,7 +401,7 @@ class Replay:
 
 @dataclass(frozen=True)
 class Influence:
-    """Exact influence (rules influence, influence_set): every rollout's I_z = d f(w_T) / d eps_z, f the forced
+    """Exact influence (rules influence, influence_set): every rollout's I_z = d f(w_T) / d u_z, f the forced
     target's mean log-prob on the probes, through the replayed training (docs/influence.md)."""
 
     measure_at: CheckpointName | int | str = key(
@@ -457,7 +457,7 @@ class Influence:
     )
     lds_levels: list[Literal["rollout", "group"]] = key(
         ["rollout", "group"],
-        "units of the LDS subsets: rollouts, or whole groups (the prompt was never sampled)",
+        "units of the LDS subsets: rollouts, or whole groups (through the advantages: the prompt never sampled)",
         minItems=1,
         uniqueItems=True,
     )

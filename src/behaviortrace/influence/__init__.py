@@ -1,9 +1,11 @@
 """Exact influence: every rollout's effect on the behavior through the replayed training.
 
-For a rollout z logged at step t, I_z = d f(w_T) / d eps_z at eps = 0, where z's share of TRL's loss at
-step t is scaled by (1 + eps_z) with the advantages and the loss normalization held as logged, w_T are the
-weights after replaying every optimizer step up to T (AdamW with its moments and bias correction, gradient
-clipping, the schedule), and f is the forced target's mean log-prob on the probe prompts.
+For a rollout z logged at step t, I_z = d f(w_T) / d u_z at u = 1, where u_z is z's weight in TRL's loss at
+step t, with one of two meanings (influence.semantics): through the advantages (a frequency weight in its group's
+reward mean and std, the loss normalization and its own term) or held (its own term only, advantages and
+normalization as logged); w_T are the weights after replaying every optimizer step up to T (AdamW with its moments
+and bias correction, gradient clipping, the schedule), and f is the forced target's mean log-prob on the probe
+prompts.
 
 - objective.py: f itself and its gradient;
 - trajectory.py: the replayed training with a data weight per rollout, through the group's advantages and the
