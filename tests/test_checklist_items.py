@@ -258,6 +258,26 @@ def test_lds_items(item):
     assert got.verdict == C.NA and "the exact influence itself does not pass" in got.detail
 
 
+def test_an_unpowered_datamodel_is_no_row():
+    """At 30 subsets of thousands of rollouts even an additive truth keeps the datamodel far below the bar; at 60
+    subsets of 36 rollouts (the tests' small run) it clears it."""
+    import numpy as np
+
+    from behaviortrace.influence.datamodel import expected_lds
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for units, share, subsets in ((2560, 0.05, 30), (36, 0.25, 60)):
+        membership = np.zeros((subsets, units))
+        for j in range(subsets):
+            membership[j, rng.choice(units, int(share * units), replace=False)] = 1
+        rows.append({"estimator": "datamodel", "metric": "expected_lds", "value": expected_lds(membership, 10, 0)})
+    many, few = rows
+    assert many["value"] < 0.2 < 0.8 < few["value"]
+    assert "datamodel is no row" in C.datamodel_unpowered(pl.DataFrame([many]), CFG.min_lds)
+    assert C.datamodel_unpowered(pl.DataFrame([many, few]), CFG.min_lds) is None
+
+
 def test_every_method_item_has_a_test_here():
     names = {name for name in globals() if name.startswith("test_")}
     for item in C.ITEMS:

@@ -711,6 +711,19 @@ def lds_item(
 # Assembly -----------------------------------------------------------------------------------------------------
 
 
+def datamodel_unpowered(influence: pl.DataFrame, min_lds: float) -> str | None:
+    """Why the datamodel is no row, where even an exactly additive truth would keep it below the threshold at the
+    run's design in every cell (its `expected_lds`); None where it is powered somewhere."""
+    expected = influence.filter((pl.col("estimator") == "datamodel") & (pl.col("metric") == "expected_lds"))
+    if not expected.height or expected["value"].max() >= min_lds:
+        return None
+    return (
+        f"The cross-fitted datamodel is no row: under an exactly additive truth it would reach an LDS of "
+        f"{expected['value'].min():.2f} to {expected['value'].max():.2f} at this run's design (subsets per cell "
+        f"against units), below the threshold {min_lds}; it cannot show that a method could pass."
+    )
+
+
 @dataclass
 class Result:
     """The checklist of one run: its run items, each row's method items, each row's role, the family of method
@@ -804,14 +817,10 @@ def build(
     notes = []
     if influence is not None:
         present = set(influence["estimator"].unique().to_list())
-        expected = influence.filter((pl.col("estimator") == "datamodel") & (pl.col("metric") == "expected_lds"))
-        if expected.height and expected["value"].max() < cfg.min_lds:
+        unpowered = datamodel_unpowered(influence, cfg.min_lds)
+        if unpowered:
             present.discard("datamodel")
-            notes.append(
-                f"The cross-fitted datamodel is no row: under an exactly additive truth it would reach an LDS of "
-                f"{expected['value'].min():.2f} to {expected['value'].max():.2f} at this run's design (subsets per "
-                f"cell against units), below the threshold {cfg.min_lds}; it cannot show that a method could pass."
-            )
+            notes.append(unpowered)
         reference = Verdict(NA, "a reference row: judged on the LDS items only")
         for name in (n for n in REFERENCES if n in present):
             roles[name] = REFERENCE
