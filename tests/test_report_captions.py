@@ -31,15 +31,27 @@ class _AnyConfig(dict):
         return f"<{key}>"
 
 
-def render_caption(path: Path) -> str:
-    """The caption as the report's Jinja environment renders it (a placeholder for every config value)."""
+def render_caption(path: Path, config: dict | None = None) -> str:
+    """The caption as the report's Jinja environment renders it (a placeholder for every config value, or
+    `config`)."""
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(path.read_text()).render(snakemake=SimpleNamespace(config=_AnyConfig()))
+    return env.from_string(path.read_text()).render(snakemake=SimpleNamespace(config=config or _AnyConfig()))
 
 
 @pytest.mark.parametrize("path", CAPTIONS, ids=[p.name for p in CAPTIONS])
 def test_caption_renders_without_a_docutils_message(path):
-    assert rst_problems(render_caption(path)) == []
+    """The report's front page reads the settings of the run's config: it renders with every preset's."""
+    if path.name != "workflow.rst":
+        assert rst_problems(render_caption(path)) == []
+        return
+    import yaml
+
+    from behaviortrace.config.load import complete
+
+    for preset in sorted((path.parents[2] / "config").glob("*.yaml")):
+        text = render_caption(path, complete(yaml.safe_load(preset.read_text())))
+        assert rst_problems(text) == [], preset.name
+        assert "T (exact influence): step" in text and "- optimizer: AdamW" in text
 
 
 @pytest.mark.parametrize(
