@@ -259,7 +259,15 @@ def test_evaluation_does_not_depend_on_the_order_of_computation_and_random_sits_
         "ci_low",
         "ci_high",
         "n",
+        "replicates",
     }
+    # The compared metrics keep their bootstrap replicates (the paired checklist items read them): the interval is
+    # their percentile interval; other metrics keep none.
+    kept = cell("fluency", "rollout", "within_group_auc")
+    reps = np.asarray(kept["replicates"], float)
+    assert len(reps) == 100
+    assert np.percentile(reps, [2.5, 97.5]) == pytest.approx([kept["ci_low"], kept["ci_high"]], abs=1e-6)
+    assert cell("fluency", "rollout", "matched_pair_auc")["replicates"] is None
 
 
 def test_token_cosines_follow_the_direction_the_marker_was_pushed():
