@@ -6,7 +6,6 @@ rule run_config:
     log:
         f"{LOGS}/run_config.log",
     priority: 100
-    localrule: True
     conda:
         CONDA_ENV
     params:
