@@ -168,10 +168,10 @@ def truths_markdown(influence: pl.DataFrame) -> str:
             "| rollouts, groups | the LDS: random subsets retrained with their shares zeroed | small removals, where "
             f"the exact influence I predicts them (I's own LDS here: {_span(lds)}); I is the ceiling an attribution is "
             "read against, not the truth itself |",
-            f"| steps | leave-one-step-out, measured | a step's summed I is the derivative of scaling all its shares "
-            "together, which AdamW nearly undoes (its update is close to invariant to the scale of a step's "
-            "gradient), while removing the step removes its whole update: I's step sums against leave-one-step-out "
-            f"reach {_span(steps)} here (diagnostics/step_scaling.py measures the curve between the two) |",
+            "| steps | leave-one-step-out, measured | a step's summed I is the derivative of scaling all its "
+            "shares together: it describes small scalings, while removing the step (all of its update) can lie far "
+            "outside that linear range (diagnostics/step_scaling.py measures the curve from a nudge to the removal); "
+            f"I's step sums against leave-one-step-out reach {_span(steps)} here |",
             f"| sets (the paid set, an estimator's top set) | the leave-out retraining and replay, measured | a set's "
             f"removal is far outside the linear range: I predicts the paid set's measured change times "
             f"{_span(ratios)} here |",
