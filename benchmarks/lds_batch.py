@@ -28,7 +28,7 @@ from behaviortrace.configure import load  # noqa: E402
 from behaviortrace.influence.batched import values_after  # noqa: E402
 from behaviortrace.influence.retrain import value_after  # noqa: E402
 from behaviortrace.influence.sets import lds_subsets, units  # noqa: E402
-from behaviortrace.influence.stage import end_step, setup  # noqa: E402
+from behaviortrace.influence.stage import end_step, run_inputs, setup  # noqa: E402
 
 
 def main() -> None:
@@ -43,16 +43,8 @@ def main() -> None:
     torch.set_num_threads(1)
     cfg = load(args.config)
     run_dir = Path("results") / (args.run or cfg.run)
-    seed_dir = run_dir / f"planted{args.seed}"
     end = end_step(cfg)
-    traj, objective, _, rollouts, _ = setup(
-        cfg,
-        seed_dir / "rollouts.parquet",
-        seed_dir / "checkpoints.json",
-        run_dir / "base_model",
-        run_dir / "data" / "probe_prompts.parquet",
-        cfg.influence.dtype,
-    )
+    traj, objective, _, rollouts, _ = setup(cfg, *run_inputs(run_dir, args.seed), cfg.influence.dtype)
     start = traj.state()
     n = max(args.batches)
     before = rollouts.filter(pl.col("step") < end)

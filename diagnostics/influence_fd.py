@@ -26,7 +26,7 @@ from behaviortrace.configure import load
 from behaviortrace.influence.metagradient import StateStore, exact_influence
 from behaviortrace.influence.retrain import central_difference
 from behaviortrace.influence.sets import fd_steps
-from behaviortrace.influence.stage import end_step, setup
+from behaviortrace.influence.stage import end_step, run_inputs, setup
 from behaviortrace.influence.table import spearman
 
 
@@ -42,13 +42,7 @@ def main() -> None:
     torch.set_num_threads(1)
     cfg = load(args.config)
     run_dir = Path("results") / (args.run or cfg.run)
-    seed_dir = run_dir / f"planted{args.seed}"
-    paths = (
-        seed_dir / "rollouts.parquet",
-        seed_dir / "checkpoints.json",
-        run_dir / "base_model",
-        run_dir / "data" / "probe_prompts.parquet",
-    )
+    paths = run_inputs(run_dir, args.seed)
     end = end_step(cfg)
     traj, objective, *_ = setup(cfg, *paths, "float64")
     movable = np.array([s for s in range(end) if len(traj.rows(s).rollout_ids)])
@@ -82,7 +76,7 @@ def main() -> None:
                 flush=True,
             )
     table = pl.DataFrame(rows).with_columns(delta=pl.lit(args.delta))
-    own = seed_dir / "influence" / "rollouts.parquet"
+    own = run_dir / f"planted{args.seed}" / "influence" / "rollouts.parquet"
     if own.exists():
         shipped = pl.read_parquet(own).sort("rollout_id")["influence"].to_numpy()
         exact = pl.DataFrame({"rollout_id": result.rollout_ids, "i": result.influence}).sort("rollout_id")["i"]

@@ -39,7 +39,7 @@ from behaviortrace.influence.lds import Resamples, interval
 from behaviortrace.influence.metagradient import StateStore, exact_influence
 from behaviortrace.influence.retrain import value_after
 from behaviortrace.influence.sets import units as lds_units
-from behaviortrace.influence.stage import end_step, setup
+from behaviortrace.influence.stage import end_step, run_inputs, setup
 
 
 def main() -> None:
@@ -59,9 +59,7 @@ def main() -> None:
     torch.set_num_threads(1)
     cfg = load(args.config)
     run_dir = Path("results") / (args.run or cfg.run)
-    seed_dir = run_dir / f"planted{args.seed}"
-    paths = (seed_dir / "rollouts.parquet", seed_dir / "checkpoints.json", run_dir / "base_model")
-    paths += (run_dir / "data" / "probe_prompts.parquet",)
+    paths = run_inputs(run_dir, args.seed)
     end = args.end or end_step(cfg)
     if not 0 < end <= cfg.grpo.steps:
         parser.error(f"--end {end}: T must be a step of the run, 1 to grpo.steps = {cfg.grpo.steps}")

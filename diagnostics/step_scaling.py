@@ -27,7 +27,7 @@ import torch
 from behaviortrace.configure import load
 from behaviortrace.influence.metagradient import StateStore, exact_influence
 from behaviortrace.influence.retrain import value_after
-from behaviortrace.influence.stage import end_step, setup
+from behaviortrace.influence.stage import end_step, run_inputs, setup
 from behaviortrace.influence.table import spearman
 
 
@@ -42,14 +42,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     cfg = load(args.config)
-    run_dir = Path("results") / (args.run or cfg.run)
-    seed_dir = run_dir / f"planted{args.seed}"
-    paths = (
-        seed_dir / "rollouts.parquet",
-        seed_dir / "checkpoints.json",
-        run_dir / "base_model",
-        run_dir / "data" / "probe_prompts.parquet",
-    )
+    paths = run_inputs(Path("results") / (args.run or cfg.run), args.seed)
     end = end_step(cfg)
     traj, objective, *_ = setup(cfg, *paths, cfg.influence.dtype)
     steps = sorted({int(s) for s in np.linspace(0, end - 1, min(args.steps, end)).round()})

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from behaviortrace.evaluate.correlation import spearman
+
 RIDGES = 10.0 ** np.arange(-3, 5)  # times the mean subset size
 
 
@@ -49,8 +51,6 @@ def _halves(n: int) -> list[np.ndarray]:
 def within_fold_lds(predicted: np.ndarray, changes: np.ndarray) -> float:
     """The LDS of cross-fitted predictions, scored within each half and averaged: a Spearman pooled over the two
     halves mixes two fits' scales and is biased (about -0.1 on pure noise at 30 subsets)."""
-    from behaviortrace.evaluate.correlation import spearman
-
     values = [spearman(predicted[h], changes[h]) for h in _halves(len(changes)) if len(h) >= 3]
     values = [v for v in values if np.isfinite(v)]
     return float(np.mean(values)) if values else float("nan")
@@ -65,8 +65,6 @@ def within_fold_samples(predicted: np.ndarray, changes: np.ndarray, n: int, seed
         draw = np.concatenate([h[rng.integers(0, len(h), len(h))] for h in halves])
         parts = [draw[: len(halves[0])], draw[len(halves[0]) :]]
         with np.errstate(invalid="ignore", divide="ignore"):
-            from behaviortrace.evaluate.correlation import spearman
-
             values = [spearman(predicted[p], changes[p]) for p in parts]
         out[b] = np.nanmean(values) if np.isfinite(values).any() else np.nan
     return out

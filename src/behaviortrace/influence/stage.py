@@ -33,6 +33,18 @@ def end_step(cfg: Config) -> int:
     return cfg.influence.end_step(cfg.planting, cfg.grpo.steps)
 
 
+def run_inputs(run_dir: Path, seed: int) -> tuple[Path, Path, Path, Path]:
+    """What `setup` reads of a finished run's planted seed: its rollouts, checkpoints, base model and probes (for the
+    diagnostics and benchmarks that replay a run outside the workflow)."""
+    seed_dir = Path(run_dir) / f"planted{seed}"
+    return (
+        seed_dir / "rollouts.parquet",
+        seed_dir / "checkpoints.json",
+        Path(run_dir) / "base_model",
+        Path(run_dir) / "data" / "probe_prompts.parquet",
+    )
+
+
 def setup(cfg: Config, rollouts_path: Path, checkpoints_path: Path, base_model: Path, probes_path: Path, dtype: str):
     """A trajectory at step 0 in `dtype` and the objective f, with the checkpoints, rollouts and device."""
     import torch

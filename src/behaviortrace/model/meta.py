@@ -11,19 +11,9 @@ def transformers_config(model):
     """The transformers config of the model section `model`: the built-in tiny Qwen2's, else the local folder's or
     the local Hugging Face cache's (validation has already checked that one of them holds it)."""
     if model.is_tiny:
-        from transformers import Qwen2Config
+        from behaviortrace.model.tiny import qwen2_config
 
-        tiny = model.tiny
-        return Qwen2Config(
-            vocab_size=64,  # the word-level vocabulary's size changes no module's name
-            hidden_size=tiny.hidden_size,
-            intermediate_size=tiny.intermediate_size,
-            num_hidden_layers=tiny.num_layers,
-            num_attention_heads=tiny.num_heads,
-            num_key_value_heads=tiny.num_kv_heads,
-            max_position_embeddings=tiny.max_positions,
-            tie_word_embeddings=False,
-        )
+        return qwen2_config(model.tiny, vocab_size=64)  # the vocabulary's size changes no module's name
     from transformers import AutoConfig
 
     name = str(Path(model.name).expanduser()) if Path(model.name).expanduser().is_dir() else model.name

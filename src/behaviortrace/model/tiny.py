@@ -52,10 +52,10 @@ def build_tokenizer(planting: Planting) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK)
 
 
-def build_model(tokenizer: PreTrainedTokenizerFast, arch: TinyModel, seed: int) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
+def qwen2_config(arch: TinyModel, vocab_size: int, pad_token_id=None, eos_token_id=None) -> Qwen2Config:
+    """The built-in model's transformers config (also what validation builds on the meta device)."""
+    return Qwen2Config(
+        vocab_size=vocab_size,
         hidden_size=arch.hidden_size,
         intermediate_size=arch.intermediate_size,
         num_hidden_layers=arch.num_layers,
@@ -63,11 +63,15 @@ def build_model(tokenizer: PreTrainedTokenizerFast, arch: TinyModel, seed: int) 
         num_key_value_heads=arch.num_kv_heads,
         max_position_embeddings=arch.max_positions,
         tie_word_embeddings=False,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id,
         bos_token_id=None,
     )
-    model = Qwen2ForCausalLM(config)
+
+
+def build_model(tokenizer: PreTrainedTokenizerFast, arch: TinyModel, seed: int) -> Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(qwen2_config(arch, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model

@@ -910,7 +910,3 @@ def to_markdown(result: Result, cfg: Checklist, run: str) -> str:
             parts += [f"- {name} ({result.roles[name]}, {v.verdict}): {v.detail}" for name, v in details.items()]
         parts.append("")
     return "\n".join(parts)
-
-
-def verdict_counts(result: Result) -> dict[str, int]:
-    return counts(result)

@@ -12,6 +12,7 @@ docs/evaluation.md; tests/test_error_rates.py asserts the rates.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -82,8 +83,6 @@ def placebo(sizes: Sizes, auc: float, trials: int, rng, gap: float = 0.1, se: fl
     cells = sizes.placebo_cells
     value = auc + se * rng.standard_normal((trials, cells))
     within = (value - V.Z95 * se >= 0.5 - gap) & (value + V.Z95 * se <= 0.5 + gap)
-    from statistics import NormalDist
-
     sf = np.vectorize(lambda z: 1 - NormalDist().cdf(z))
     p_auc = sf((value - 0.5) / se)
     p_step = sf((auc - 0.5) / se + rng.standard_normal((trials, cells)))  # a second, noisier test of the same shift

@@ -21,6 +21,11 @@ from behaviortrace.report.tables import PLANTED  # noqa: E402
 ORDER = {"method": 0, "reference": 1, "control": 2}
 
 
+def _lds_columns(rows: pl.DataFrame) -> list[str]:
+    """The table's (level, percent) LDS columns, without their margins."""
+    return [c for c in rows.columns if "_subset_" in c and not c.endswith("_margin")]
+
+
 def _cells(influence: pl.DataFrame, target: str) -> list[tuple[str, int]]:
     levels = [lv for lv in ("rollout_subset", "group_subset") if influence.filter(pl.col("level") == lv).height]
     return [
@@ -77,7 +82,7 @@ def _fmt(cell) -> str:
 def markdown(rows: pl.DataFrame) -> str:
     if not rows.height:
         return "# Faithfulness\n\nNo exact influence in this run: nothing to predict removals against.\n"
-    cells = [c for c in rows.columns if "_subset_" in c and not c.endswith("_margin")]
+    cells = _lds_columns(rows)
     head = ["row", "role"]
     for c in cells:
         level, pct = c.rsplit("_", 1)
@@ -109,7 +114,7 @@ def markdown(rows: pl.DataFrame) -> str:
 def figure(rows: pl.DataFrame, path: Path) -> None:
     """Each method's LDS per (level, percent) as a point with its envelope; controls and references as vertical
     reference lines, named in the legend."""
-    cells = [c for c in rows.columns if "_subset_" in c and not c.endswith("_margin")] if rows.height else []
+    cells = _lds_columns(rows) if rows.height else []
     methods = rows.filter(pl.col("role") == "method") if rows.height else rows
     names = methods["row"].to_list() if methods.height else []
     fig, axes = plt.subplots(

@@ -43,13 +43,17 @@ def settings_section(config: Path) -> str:
     )
 
 
-def faithfulness_rows(influence_table: Path, checklist_json: Path, benchmarks: Path, estimators: set[str]):
-    """The faithfulness table (report/faithfulness.py) of a run, with each row's cost from its jobs' benchmarks."""
+def jobs_of(benchmarks: Path, estimators: set[str]) -> pl.DataFrame:
+    """The run's jobs from their benchmark files, of the configured estimator instances only."""
+    return configured(read_benchmarks(Path(benchmarks)), estimators)
+
+
+def faithfulness_rows(influence: pl.DataFrame, checklist_json: Path, jobs: pl.DataFrame) -> pl.DataFrame:
+    """The faithfulness table (report/faithfulness.py) of a run, with each row's cost from its jobs."""
     checklist = json.loads(Path(checklist_json).read_text())
     target = checklist["thresholds"]["effect_target_kind"]
-    jobs = configured(read_benchmarks(Path(benchmarks)), estimators)
     costs = {r["estimator"]: r["wall_s"] for r in per_estimator(jobs).iter_rows(named=True)}
-    return faithfulness.table(pl.read_parquet(influence_table), checklist, target, costs)
+    return faithfulness.table(influence, checklist, target, costs)
 
 
 def results_page(
@@ -65,12 +69,10 @@ def results_page(
     replay: Path,
     influence: Path,
     paper: Path,
-    benchmarks: Path,
-    estimators: set[str],
+    jobs: pl.DataFrame,
 ) -> str:
     counts = json.loads(Path(checklist_json).read_text())["counts"]  # method verdicts only
     tally = "method verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in ("pass", "fail", "inconclusive", "n/a"))
-    jobs = configured(read_benchmarks(Path(benchmarks)), estimators)
     cost = per_rule(jobs)
     parts = [
         f"# Results of run `{run}`\n",

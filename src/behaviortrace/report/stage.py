@@ -19,7 +19,7 @@ from behaviortrace.report import faithfulness
 from behaviortrace.report.controls import controls_markdown, fluency_markdown
 from behaviortrace.report.figures import write_figures
 from behaviortrace.report.paper import paper_findings
-from behaviortrace.report.results_page import faithfulness_rows, results_page
+from behaviortrace.report.results_page import faithfulness_rows, jobs_of, results_page
 from behaviortrace.report.tables import (
     NOT_ESTIMATORS,
     collect_metrics,
@@ -167,7 +167,7 @@ def aggregate_job(
     write_md_and_html(
         C.to_markdown(table, checks, run), outputs["checklist"], outputs["checklist_html"], f"Checklist — {run}"
     )
-    log.info("checklist: %s", C.verdict_counts(table))
+    log.info("checklist, method verdicts: %s", C.counts(table))
     targeted = sorted(set(metrics.filter(pl.col("target") != "none")["estimator"].to_list()) - set(NOT_ESTIMATORS))
     write_md_and_html(
         paper_findings(metrics, checks, norms or {}, targeted),
@@ -205,14 +205,13 @@ def results_page_job(
 ) -> None:
     """The run's results on one page (report/results_page.py), from the tables the other rules wrote, opening with
     its settings and the faithfulness table (also as its own HTML page and figure, first in the HTML report)."""
-    influence = inputs.pop("influence_table")
-    rows = faithfulness_rows(influence, inputs["checklist_json"], benchmarks, estimators)
+    influence = pl.read_parquet(inputs.pop("influence_table"))
+    jobs = jobs_of(benchmarks, estimators)
+    rows = faithfulness_rows(influence, inputs["checklist_json"], jobs)
     text = faithfulness.markdown(rows)
-    truths = faithfulness.truths_markdown(pl.read_parquet(influence))
+    truths = faithfulness.truths_markdown(influence)
     faithfulness.figure(rows, outputs["faithfulness_figure"])
     write_md_and_html(text, outputs["faithfulness_md"], outputs["faithfulness_html"], f"Faithfulness — {cfg.run}")
-    page = results_page(
-        cfg.run, faithfulness_md=text, truths_md=truths, benchmarks=benchmarks, estimators=estimators, **inputs
-    )
+    page = results_page(cfg.run, faithfulness_md=text, truths_md=truths, jobs=jobs, **inputs)
     atomic_write_text(page, outputs["page"])
     log.info("results page written to %s", outputs["page"])
