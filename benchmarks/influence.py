@@ -3,9 +3,11 @@ plain replay of the same steps (the leave-out replay's own code, nothing left ou
 measured in the same process in alternating rounds; each ratio is of medians, so that a slower stretch of a
 shared machine does not land on one side alone. One thread, the run's float32.
 
-Also the reverse sweep with shorter segments (recomputed from saved states, as for a large model), and the
-memory the states take: with P trainable parameters, T steps and segment length K, K states of 3P floats
-in memory and ceil(T / K) on disk; the time grows by the T - K recomputed steps.
+The last column but one is the influence job's own cost ratio (its `cost_ratio_cpu`): the forward sweep, the
+recomputation and the reverse sweep (which takes I under both meanings of removal and its four parts) over the
+forward sweep, in CPU seconds. Also the reverse sweep with shorter segments (recomputed from saved states, as
+for a large model), and the memory the states take: with P trainable parameters, T steps and segment length K,
+K states of 3P floats in memory and ceil(T / K) on disk; the time grows by the T - K recomputed steps.
 
     python benchmarks/influence.py                      # results/default, seed 0, 3 rounds
     python benchmarks/influence.py --run wf --seed 1 --rounds 2 --config path/to/config.yaml
@@ -74,7 +76,7 @@ def main() -> None:
 
     def influence(k: int):
         model, tokenizer = models.load(ckpt0, device)
-        traj = Trajectory(model, ref, rollouts, cfg.grpo, device, tokenizer.pad_token_id)
+        traj = Trajectory(model, ref, rollouts, cfg.grpo, device, tokenizer.pad_token_id, cfg.influence.semantics)
         objective = ForcedTarget(ForcedTargetProbe(tokenizer, probes, cfg.planting.marker, cfg.grpo.temperature))
         with tempfile.TemporaryDirectory() as tmp:
             return exact_influence(traj, objective, end, k, StateStore(Path(tmp), "cpu"))
@@ -98,17 +100,22 @@ def main() -> None:
         f"P = {params} parameters; medians of {args.rounds} rounds\n"
     )
     header = ["variant", "wall s", "CPU s", "ratio (wall)", "ratio (CPU)", "forward s", "recompute s", "backward s"]
-    print("| " + " | ".join([*header, "states in memory"]) + " |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| " + " | ".join([*header, "over its forward sweep (CPU)", "states in memory"]) + " |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in variants:
         wall = statistics.median(w for w, _ in times[name])
         cpu = statistics.median(c for _, c in times[name])
-        cells = ["–"] * 3 + ["–"]
+        cells = ["–"] * 3 + ["–", "–"]
         if parts[name]:
             k = segment if name.endswith(f"= {segment}") else int(name.rsplit("= ", 1)[1])
             cells = [
                 f"{statistics.median(p[key] for p in parts[name]):.1f}" for key in ("forward", "recompute", "backward")
             ]
+            # The influence job's own cost ratio (the table's cost_ratio_cpu): both meanings' I and their parts.
+            spent = [
+                (p["forward_cpu"] + p["recompute_cpu"] + p["backward_cpu"]) / p["forward_cpu"] for p in parts[name]
+            ]
+            cells.append(f"{statistics.median(spent):.2f}")
             cells.append(f"{min(k, end)} x 3P = {min(k, end) * 3 * params * 4 / 2**20:.1f} MiB")
         print(
             f"| {name} | {wall:.1f} | {cpu:.1f} | {wall / base_wall:.2f} | {cpu / base_cpu:.2f} | "

@@ -2,18 +2,21 @@
 
 For one seed: computes I_z again in float64 end to end (from the step-0 checkpoint, model/precision.py), then for
 `--rollouts` rollouts from distinct seeded steps (the most influential of each step) retrains from that
-step with the rollout's share scaled by 1 +- delta and compares the central difference with I_z, at
-`--delta` and at ten times it (agreement between the two says delta is in the stable range). It also
+step with the rollout's weight at 1 +- delta and compares the central difference with I_z, at
+`--delta` and at ten times it (agreement between the two says delta is in the stable range), under the run's
+influence.semantics or `--semantics` (docs/influence.md). It also
 compares the run's own influence (results/{run}/planted{S}/influence/rollouts.parquet, in the run's
 influence.dtype) with the float64 values: float32 replays drift from float64 ones (Adam amplifies
 rounding), so the two differ by more than rounding.
 
-    .venv/bin/python diagnostics/influence_fd.py --seed 0 --rollouts 5 [--run default] [--out fd.parquet]
+    .venv/bin/python diagnostics/influence_fd.py --seed 0 --rollouts 5 [--run default] [--semantics held] \
+        [--out fd.parquet]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 from pathlib import Path
@@ -37,10 +40,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rollouts", type=int, default=5)
     parser.add_argument("--delta", type=float, default=1e-6)
+    parser.add_argument("--semantics", choices=["advantages", "held"], default=None, help="default: the run's")
     parser.add_argument("--out", default=None, help="write the comparison as Parquet")
     args = parser.parse_args()
     torch.set_num_threads(1)
     cfg = load(args.config)
+    if args.semantics:
+        cfg = dataclasses.replace(cfg, influence=dataclasses.replace(cfg.influence, semantics=args.semantics))
+    semantics = cfg.influence.semantics
     run_dir = Path("results") / (args.run or cfg.run)
     paths = run_inputs(run_dir, args.seed)
     end = end_step(cfg)
@@ -78,7 +85,7 @@ def main() -> None:
     table = pl.DataFrame(rows).with_columns(delta=pl.lit(args.delta))
     own = run_dir / f"planted{args.seed}" / "influence" / "rollouts.parquet"
     if own.exists():
-        shipped = pl.read_parquet(own).sort("rollout_id")["influence"].to_numpy()
+        shipped = pl.read_parquet(own).sort("rollout_id")[f"influence_{semantics}"].to_numpy()
         exact = pl.DataFrame({"rollout_id": result.rollout_ids, "i": result.influence}).sort("rollout_id")["i"]
         exact = exact.to_numpy()
         moved = exact != 0
@@ -86,7 +93,7 @@ def main() -> None:
         top = min(100, len(exact) // 10)
         overlap = len(set(np.argsort(-shipped)[:top]) & set(np.argsort(-exact)[:top]))
         print(
-            f"the run's influence vs float64: Spearman {spearman(shipped, exact):.4f}, Pearson "
+            f"the run's influence ({semantics}) vs float64: Spearman {spearman(shipped, exact):.4f}, Pearson "
             f"{np.corrcoef(shipped, exact)[0, 1]:.4f}, median relative difference {np.median(rel):.1e}, "
             f"top-{top} overlap {overlap}/{top}"
         )

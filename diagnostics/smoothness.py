@@ -9,8 +9,8 @@ For one seed of a finished run (its rollouts, checkpoints, probes and config), w
   |f(+h) - 2 f(0) + f(-h)| / |f(+h) - f(-h)|. Zero where f is linear in the data weights along d at that
   scale (the derivative then predicts the change); near or above 1 where the curvature dominates;
 - the linear datamodel score (LDS) of I: over `--subsets` random subsets of each `--fractions`, the
-  Spearman correlation of the change I predicts for zeroing the subset's shares (minus the sum of its
-  I_z) with the change retraining measures (advantages as logged), with a bootstrap interval over the
+  Spearman correlation of the change I predicts for removing the subset (minus the sum of its I_z) with the
+  change retraining measures (both under the run's influence.semantics), with a bootstrap interval over the
   subsets. At rollout level (subsets of rollouts) and group level (subsets of whole groups: the prompt
   was never sampled; a group's prediction is the sum of its members' I_z). Beside I, the same LDS for
   predictors that need no attribution: the paid count (a look-up of the reward), earlier-is-more (minus

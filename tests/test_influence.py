@@ -1,6 +1,7 @@
-"""Exact influence on a real small TRL run: the replayed forward pass reproduces the trained weights, I_z
-matches central finite differences of real retraining (float64), segments change nothing, and the summed
-influence of a few rollouts predicts what zeroing their shares does."""
+"""Exact influence on a real small TRL run: the replayed forward pass reproduces the trained weights, a rollout's
+weight 0 is the leave-out replay's removal under both meanings (through the advantages, held), I_z matches central
+finite differences of real retraining (float64) under both, per rollout and per group, segments change nothing,
+and the summed influence of a few rollouts predicts what zeroing their shares does."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 from behaviortrace.evaluate import correlation
 from behaviortrace.gradients.batch import completion_logps
-from behaviortrace.influence.adjoint import surrogate_terms
+from behaviortrace.influence.adjoint import CHANNELS, surrogate_terms
 from behaviortrace.influence.batched import values_after
 from behaviortrace.influence.metagradient import StateStore, exact_influence
 from behaviortrace.influence.objective import ForcedTarget
@@ -23,8 +24,9 @@ from behaviortrace.influence.retrain import central_difference, value_after
 from behaviortrace.influence.table import given_step, pearson, precision_at_top, spearman, top_share
 from behaviortrace.influence.trajectory import Trajectory
 from behaviortrace.model import models
-from behaviortrace.replay.retrain import update_error, weight_difference
+from behaviortrace.replay.retrain import replay_training, update_error, weight_difference
 from behaviortrace.train.effect import ForcedTargetProbe
+from behaviortrace.train.trl_surface import group_advantages, weighted_advantages
 from conftest import typed
 from tolerance import UPDATE_TOLERANCE, within
 
@@ -35,6 +37,7 @@ FD_DELTA = 1e-6
 FD_TOLERANCE = 1e-3
 ADAM_DEFAULTS = {"adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-8}  # the replay builds the configured AdamW
 STEPS = 6  # the small run's whole schedule: T = final, every step before it has rollouts to check
+SEMANTICS = ("held", "advantages")
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +51,12 @@ def run(small_run):
     return {**small_run, "ckpts": ckpts, "probes": probes}
 
 
-def trajectory(run, cpu, dtype=torch.float32, **grpo):
+def trajectory(run, cpu, dtype=torch.float32, semantics="held", **grpo):
     device = {**cpu, "torch_dtype": dtype}
     model, tokenizer = models.load(run["ckpts"][0], device)
     ref = models.load(run["base_model"], device)[0].eval()
     cfg = typed({**run["cfg"], "grpo": {**run["cfg"]["grpo"], **grpo}})
-    traj = Trajectory(model, ref, run["rollouts"], cfg.grpo, device, tokenizer.pad_token_id)
+    traj = Trajectory(model, ref, run["rollouts"], cfg.grpo, device, tokenizer.pad_token_id, semantics)
     probe = ForcedTargetProbe(tokenizer, run["probes"], cfg.planting.marker, cfg.grpo.temperature)
     return traj, ForcedTarget(probe)
 
@@ -107,6 +110,117 @@ def test_a_float64_replay_reproduces_float32_training_as_a_share_of_its_update(r
     assert len(shares) == len(run["ckpts"]) - 1 and within(max(shares), UPDATE_TOLERANCE), shares
 
 
+def _kept_advantages(rewards, groups, keep, scale):
+    """TRL's advantages of the kept rollouts, written out with numpy in float64 (dropped rollouts: 0)."""
+    out = np.zeros(len(rewards))
+    kept = rewards[keep]
+    batch_std = kept.std(ddof=1) if keep.sum() > 1 else np.nan
+    for g in np.unique(groups):
+        members = keep & (groups == g)
+        if not members.any():
+            continue
+        residual = rewards[members] - rewards[members].mean()
+        if scale == "none":
+            out[members] = residual
+            continue
+        std = batch_std if scale == "batch" else (rewards[members].std(ddof=1) if members.sum() > 1 else np.nan)
+        out[members] = 0.0 if np.isnan(std) else residual / (std + 1e-4)
+    return out
+
+
+def _frequency_weighted(rewards, groups, weights):
+    """Group-scaled advantages with frequency weights (a weight w counts a rollout w times), written out in numpy."""
+    out = np.zeros(len(rewards))
+    for g in np.unique(groups):
+        m = groups == g
+        w, r = weights[m], rewards[m]
+        mean = (w * r).sum() / w.sum()
+        std = np.sqrt((w * (r - mean) ** 2).sum() / (w.sum() - 1))
+        out[m] = (r - mean) / (std + 1e-4) if std > 0 else 0.0
+    return out
+
+
+def test_weighted_advantages_are_trls_at_weight_one_and_drop_a_rollout_at_weight_zero(run):
+    """On every step of the real run: with every weight 1 the weighted advantages are the ones TRL logged (float32),
+    and with some weights 0 (a paid rollout, a whole group, all but one rollout of a group) they are TRL's
+    advantages of the rollouts left, written out in float64 (mean and Bessel-corrected std of the kept rewards), and
+    the leave-out replay's NaN-aware float32 ones; for scale_rewards group, batch and none."""
+    for (step,), rows in run["rollouts"].sort("rollout_id").group_by("step", maintain_order=True):
+        rewards, groups = rows["reward"].to_numpy(), rows["group_id"].to_numpy()
+        same = torch.tensor(groups[:, None] == groups[None, :], dtype=torch.float64)
+
+        def weighted(weights, scale, rewards=rewards, same=same):
+            w = torch.tensor(weights, dtype=torch.float64)
+            return weighted_advantages(torch.tensor(rewards), same, w, scale).numpy()
+
+        logged = rows["advantage"].to_numpy()
+        np.testing.assert_allclose(weighted(np.ones(len(rewards)), "group"), logged, rtol=1e-5, atol=1e-6)
+        first, second = (np.flatnonzero(groups == g) for g in np.unique(groups)[:2])
+        paid = np.flatnonzero(rows["paid"].to_numpy())
+        keep = np.ones(len(rewards), bool)
+        keep[first] = False  # a whole group
+        keep[second[1:]] = False  # all but one rollout of another
+        keep[paid[:1]] = False
+        assert keep.any() and not keep.all()
+        for scale in ("group", "batch", "none"):
+            for mask in (keep, np.ones(len(rewards), bool)):
+                expected = _kept_advantages(rewards, groups, mask, scale)
+                found = weighted(mask.astype(float), scale) * mask
+                np.testing.assert_allclose(found, expected, rtol=1e-12, atol=1e-12)
+                replay = group_advantages(rewards, groups, mask, scale)
+                np.testing.assert_allclose(found, replay, rtol=1e-6, atol=1e-6)
+        assert step == rows["step"][0]
+
+
+@pytest.mark.parametrize("beta", [0.1, 0.0], ids=["kl", "no_kl"])
+@pytest.mark.parametrize("semantics", SEMANTICS)
+def test_a_zero_weight_is_the_leave_out_replays_removal(run, cpu, semantics, beta):
+    """Training with some rollouts' weights 0 (a paid rollout and a whole group of step 0, all but one rollout of a
+    group of step 1) is the leave-out replay that leaves them out with the same meaning (replay/retrain.py: TRL's
+    advantages of the rollouts left and the kept batch's normalization, or both as logged), step by step, in
+    float64; the replay with the other meaning lands far from it."""
+    rollouts = run["rollouts"].sort("rollout_id")
+    removed = set()
+    for step, how in ((0, "paid and a group"), (1, "all but one")):
+        rows = rollouts.filter(pl.col("step") == step)
+        group = rows.filter(pl.col("group_id") == rows["group_id"][0])["rollout_id"].to_list()
+        removed |= set(group) if how != "all but one" else set(group[1:])
+        if how == "paid and a group":
+            removed.add(rows.filter(pl.col("paid") & ~pl.col("rollout_id").is_in(group))["rollout_id"][0])
+    # The default run's optimizer: at TRL's AdamW epsilon 1e-8 the first update is the sign of each gradient
+    # coordinate, so the replay's float32 rounding of its advantages flips coordinates whose gradient nearly
+    # cancels (6.6e-6 of the update measured here), which says nothing about the two steps being the same step.
+    smooth = {"beta": beta, "adam_epsilon": 1e-3, "max_grad_norm": 1e9}
+    traj, _ = trajectory(run, cpu, torch.float64, semantics, **smooth)
+    device = {**cpu, "torch_dtype": torch.float64}
+    grpo = typed({**run["cfg"], "grpo": {**run["cfg"]["grpo"], **smooth}}).grpo
+    ref = models.load(run["base_model"], device)[0].eval()
+    origin = traj.state()
+    trained = {}
+    traj.run(STEPS, dict.fromkeys(removed, 0.0), lambda s: trained.setdefault(s, traj.state().weights))
+    names = dict(zip(traj.names, range(len(traj.names)), strict=True))
+    shares = {}
+    for meaning in SEMANTICS:
+        model = models.load(run["ckpts"][0], device)[0]
+        replayed = {}
+
+        def keep(step, m, replayed=replayed):
+            replayed[step] = {n: p.detach().clone() for n, p in m.named_parameters() if n in names}
+
+        replay_training(model, ref, run["rollouts"], grpo, removed, device, traj.pad_id, keep, semantics=meaning)
+        errors = []
+        for step in range(1, STEPS + 1):
+            diff = sum(float((trained[step][names[n]] - w).pow(2).sum()) for n, w in replayed[step].items())
+            update = sum(float((trained[step][i] - origin.weights[i]).pow(2).sum()) for i in names.values())
+            errors.append((diff / update) ** 0.5)
+        shares[meaning] = max(errors)
+    print(f"{semantics}, beta {beta}: largest share of the update off the replay, by its meaning: {shares}")
+    # The replay takes its advantages in float32 (TRL's arithmetic): that rounding is all (4.5e-8 measured).
+    assert within(shares[semantics], 1e-6), shares
+    other = next(m for m in SEMANTICS if m != semantics)
+    assert shares[other] > 1e5 * 1e-6, shares
+
+
 def test_the_differentiated_terms_have_trls_gradient(run, cpu):
     """Per rollout, the surrogate terms the reverse sweep differentiates twice have exactly the gradient of
     TRL's loss term (KL term included: the small run trains with beta > 0)."""
@@ -123,6 +237,7 @@ def test_the_differentiated_terms_have_trls_gradient(run, cpu):
         torch.testing.assert_close(grads[1], grads[0], rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.parametrize("semantics", SEMANTICS)
 @pytest.mark.parametrize(
     ("grpo", "clipping"),
     [
@@ -136,8 +251,12 @@ def test_the_differentiated_terms_have_trls_gradient(run, cpu):
     ],
     ids=["as_trained", "mixed_clipping_decay_schedule", "adam_settings_no_clipping"],
 )
-def test_influence_matches_central_differences_of_retraining(run, cpu, tmp_path, grpo, clipping):
-    traj, objective = trajectory(run, cpu, torch.float64, **grpo)
+def test_influence_matches_central_differences_of_retraining(run, cpu, tmp_path, grpo, clipping, semantics):
+    """The most influential rollout of every step, and its whole group scaled together, against float64 central
+    differences of retraining with their weights at 1 +- delta, under the trajectory's semantics: through the
+    advantages (the weights in the group's statistics and the normalization too) or held."""
+    traj, objective = trajectory(run, cpu, torch.float64, semantics, **grpo)
+    groups = dict(run["rollouts"].select("rollout_id", "group_id").iter_rows())
     result, store = influence(traj, objective, tmp_path, keep=range(STEPS))
     checked = []
     for step in range(STEPS):  # the most influential rollout of every step: 6 rollouts, 6 steps
@@ -147,10 +266,14 @@ def test_influence_matches_central_differences_of_retraining(run, cpu, tmp_path,
         fd, _ = central_difference(traj, store.load(step), z, FD_DELTA, STEPS, objective)
         coarser, _ = central_difference(traj, store.load(step), z, 10 * FD_DELTA, STEPS, objective)
         checked.append((step, result.influence[i], fd, coarser))
+        group = rows[[groups[int(r)] == groups[z] for r in result.rollout_ids[rows]]]
+        fd, _ = central_difference(traj, store.load(step), result.rollout_ids[group], FD_DELTA, STEPS, objective)
+        checked.append((step, result.influence[group].sum(), fd, None))
     assert np.isfinite(result.influence).all()
     for step, value, fd, coarser in checked:
         assert within(abs(value - fd), FD_TOLERANCE * abs(fd)), (step, value, fd)
-        assert within(abs(coarser - fd), FD_TOLERANCE * abs(fd)), (step, fd, coarser)  # delta in the stable range
+        if coarser is not None:  # delta in the stable range
+            assert within(abs(coarser - fd), FD_TOLERANCE * abs(fd)), (step, fd, coarser)
     limit = typed({**run["cfg"], "grpo": {**run["cfg"]["grpo"], **grpo}}).grpo.max_grad_norm
     clipped = np.array(result.grad_norms) > limit
     expected = {"every": clipped.all(), "some": clipped.any() and not clipped.all(), "none": not clipped.any()}
@@ -158,21 +281,62 @@ def test_influence_matches_central_differences_of_retraining(run, cpu, tmp_path,
     settings = traj.optimizer.param_groups[0]
     assert (*settings["betas"], settings["eps"]) == tuple(grpo.get(k, d) for k, d in ADAM_DEFAULTS.items())
     # Scaling a clipped step's whole loss leaves its clipped gradient as it is (up to the 1e-6 torch adds to the
-    # norm), so its rollouts' influences sum to zero: an independent check of the clipping adjoint.
+    # norm), so with advantages held its rollouts' influences sum to zero: an independent check of the clipping
+    # adjoint. (Through the advantages a step's gradient hardly depends on its weights' common scale at all: the
+    # normalization divides it out, and only the Bessel correction of the groups' std is left.)
     for step in np.flatnonzero(clipped):
-        values = result.influence[result.steps == step]
+        values = result.held[result.steps == step]
         assert within(abs(values.sum()), 1e-5 * np.abs(values).sum()), (step, values.sum())
 
 
+def test_the_influence_through_the_advantages_splits_as_the_chain_rule_does(run, cpu, tmp_path):
+    """The four parts of I_z through the advantages (adjoint.py), against the chain rule written out from the held
+    part, which is z's own term <gamma, grad l_z> A_z / N (no KL term, DAPO): the normalization part is
+    -n_z / N times the step's summed held part, and the advantage parts are sum_y (dA_y / du_z) held_y / A_y, with
+    the derivatives of the advantages taken by central differences of the numpy formula (_kept_advantages)."""
+    # Unclipped (the default run's optimizer): clipping would take the normalization's common scale out of every
+    # step's gradient, and leave that part 0.
+    traj, objective = trajectory(run, cpu, torch.float64, "advantages", beta=0.0, adam_epsilon=1e-3, max_grad_norm=1e9)
+    result = influence(traj, objective, tmp_path)[0]
+    log = run["rollouts"].sort("rollout_id")
+    assert set(CHANNELS) == set(result.channels) and np.array_equal(log["rollout_id"], result.rollout_ids)
+    for step in range(STEPS):
+        rows = log.filter(pl.col("step") == step)
+        at = result.steps == step
+        held, tokens = result.held[at], rows["completion_ids"].list.len().to_numpy().astype(float)
+        normalization = -tokens / tokens.sum() * held.sum()
+        assert np.abs(normalization).max() > 1e-2 * np.abs(held).max()  # the step's held parts do not cancel
+        np.testing.assert_allclose(result.channels["normalization"][at], normalization, rtol=1e-9, atol=1e-14)
+        rewards, groups = rows["reward"].to_numpy(), rows["group_id"].to_numpy()
+        advantages = rows["advantage"].to_numpy()
+        moves = advantages != 0
+        per_unit = np.where(moves, held / np.where(moves, advantages, 1), 0)  # <gamma, grad l_y> / N
+
+        h = 1e-6
+        own, siblings = np.zeros(len(rewards)), np.zeros(len(rewards))
+        for z in range(len(rewards)):
+            up, down = np.ones(len(rewards)), np.ones(len(rewards))
+            up[z], down[z] = 1 + h, 1 - h
+            change = (_frequency_weighted(rewards, groups, up) - _frequency_weighted(rewards, groups, down)) / (2 * h)
+            change *= per_unit
+            own[z], siblings[z] = change[z], change.sum() - change[z]
+        scale = np.abs(result.advantages[at]).max()
+        np.testing.assert_allclose(result.channels["own_advantage"][at], own, rtol=0, atol=1e-6 * scale)
+        np.testing.assert_allclose(result.channels["siblings"][at], siblings, rtol=0, atol=1e-6 * scale)
+        assert np.abs(siblings).max() > 1e-3 * scale  # the siblings' part is there to check
+
+
+@pytest.mark.parametrize("semantics", SEMANTICS)
 @pytest.mark.parametrize(
     "grpo",
     [{}, {"max_grad_norm": 2.5, "weight_decay": 0.1, "lr_scheduler": "linear", "warmup_steps": 1}],
     ids=["as_trained", "mixed_clipping_decay_schedule"],
 )
-def test_batched_retraining_is_the_plain_retraining_set_by_set(run, cpu, grpo):
+def test_batched_retraining_is_the_plain_retraining_set_by_set(run, cpu, grpo, semantics):
     """values_after retrains many weightings of the rollouts at once (vmap over copies of the weights, its own
-    clipping and AdamW); each value is the plain retraining's, from step 0 and from a later state, float64."""
-    traj, objective = trajectory(run, cpu, torch.float64, **grpo)
+    clipping and AdamW); each value is the plain retraining's, from step 0 and from a later state, float64, under
+    either meaning of the weights."""
+    traj, objective = trajectory(run, cpu, torch.float64, semantics, **grpo)
     ids = run["rollouts"]["rollout_id"].to_numpy()
     rng = np.random.default_rng(3)
     weights = [{}, {int(ids[0]): 1.5}] + [
@@ -371,6 +535,18 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     assert dict(table.schema) == COLUMNS
     runs = [("planted", s) for s in cfg["seeds"]] + [("placebo", s) for s in cfg["placebo"]["seeds"]]
     assert sorted(set(table.select("arm", "seed").rows())) == sorted(runs)
+    # Every row but the checks and the coupling of the two meanings is there under both meanings of removal, but the
+    # leave-out sets' (retrained under the configured one); the rest of this test reads the configured one (the
+    # influence column of the job's output).
+    semantics = cfg["influence"]["semantics"]
+    meanings = dict(table.group_by("level").agg(pl.col("semantics").drop_nulls().unique().sort()).rows())
+    expected = {"check": [], "coupling": [], "set": [semantics]}
+    assert all(m == expected.get(level, ["advantages", "held"]) for level, m in meanings.items()), meanings
+    coupling = table.filter(pl.col("level") == "coupling")
+    assert set(coupling["metric"]) >= {"spearman_rollout", "spearman_group", "paid_siblings_share", "top_overlap"}
+    lds_of_i = table.filter((pl.col("metric") == "lds") & (pl.col("estimator") == "influence"))
+    assert lds_of_i.group_by("semantics").len()["len"].to_list() == [len(runs) * 4] * 2  # 2 levels x 2 sizes
+    table = table.filter(pl.col("semantics").is_null() | (pl.col("semantics") == semantics))
     checks = table.filter(pl.col("level") == "check")
     for arm, seed in runs:
         value = {
@@ -382,6 +558,7 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
         assert within(value["checkpoint_update_error"], UPDATE_TOLERANCE), value
         assert within(value["grad_norm_error"], 1e-4), value
         assert within(value["f_end_error"], 1e-5) and within(value["fd_relative_error"], FD_TOLERANCE), value
+        assert within(value["fd_group_relative_error"], FD_TOLERANCE), value
         assert value["cost_ratio"] > 1
     # Every score set of every run and draw against I, at the rollout and step levels, and its LDS.
     keys = score_keys(cfg["estimators"], cfg["evaluation"]["target_kinds"])
@@ -410,6 +587,17 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     # Spot checks against the files, computed independently.
     seed_dir = out / "planted0"
     infl = pl.read_parquet(seed_dir / "influence" / "rollouts.parquet")
+    # I under the configured meaning, and I through the advantages as the sum of its four parts (adjoint.py).
+    assert infl["influence"].to_list() == infl[f"influence_{semantics}"].to_list()
+    parts = infl["influence_held"] + infl["via_own_advantage"] + infl["via_siblings"] + infl["via_normalization"]
+    np.testing.assert_allclose(parts, infl["influence_advantages"], rtol=1e-9, atol=1e-15)
+    # The coupling rows, from the files: the Spearman of the two meanings' I over rollouts and over groups.
+    log0 = pl.read_parquet(seed_dir / "rollouts.parquet").join(infl, on="rollout_id")
+    groups0 = log0.group_by("step", "group_id").agg(pl.col("influence_held", "influence_advantages").sum())
+    for metric, frame in (("spearman_rollout", log0), ("spearman_group", groups0)):
+        ranks = [frame[c].rank("average").to_numpy() for c in ("influence_held", "influence_advantages")]
+        row = coupling.filter((pl.col("arm") == "planted") & (pl.col("seed") == 0) & (pl.col("metric") == metric))
+        assert row["value"][0] == pytest.approx(np.corrcoef(*ranks)[0, 1])
     gas = pl.read_parquet(seed_dir / "scores" / "gas" / "draw0_in_context.parquet").join(infl, on="rollout_id")
     ranks = [gas[c].rank("average").to_numpy() for c in ("score", "influence")]
     cell = rollout.filter(
@@ -422,9 +610,9 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     assert cell["value"][0] == pytest.approx(np.corrcoef(*ranks)[0, 1]) and cell["n"][0] == infl.height
     summary = json.loads((seed_dir / "influence" / "summary.json").read_text())
     retrained = pl.read_parquet(seed_dir / "influence" / "retrain.parquet")
-    subsets = retrained.filter((pl.col("kind") == "lds") & (pl.col("level") == "rollout")).sort(
-        "removal_percent", "index"
-    )
+    subsets = retrained.filter(
+        (pl.col("kind") == "lds") & (pl.col("level") == "rollout") & (pl.col("semantics") == semantics)
+    ).sort("removal_percent", "index")
     subsets = subsets.filter(pl.col("removal_percent") == subsets["removal_percent"][0])
     predicted = [-infl.filter(pl.col("rollout_id").is_in(ids))["influence"].sum() for ids in subsets["removed_ids"]]
     measured = subsets["f"].to_numpy() - summary["f_end"]
@@ -438,7 +626,9 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     assert lds_cell["value"][0] == pytest.approx(spearman(np.array(predicted), measured))
     assert infl.height == (summary["end"]) * cfg["grpo"]["prompts_per_step"] * cfg["grpo"]["num_generations"]
     top = pl.read_parquet(out / "tables" / "influence_top.parquet")
-    assert top.group_by("arm", "seed").len()["len"].to_list() == [10] * len(runs)
+    ranked = top.filter(pl.col("rank").is_not_null())
+    assert ranked.group_by("arm", "seed").len()["len"].to_list() == [10] * len(runs)
+    assert ((top["rank_held"] <= 10) | (top["rank_advantages"] <= 10)).all()
     # The paid rollouts' part of the positive influence, from the rollout log and I.
     log = pl.read_parquet(seed_dir / "rollouts.parquet").join(infl, on="rollout_id")
     positive = log.filter(pl.col("influence") > 0)
@@ -491,7 +681,7 @@ def test_the_finite_difference_diagnostic_agrees_on_a_finished_run(finished_run,
     assert table.height == 2 and table["step"].n_unique() == 2
     assert within(table["relative_error"].to_numpy(), FD_TOLERANCE), table
     # The run computed its influence in float64 too (the small config), so the two agree to rounding.
-    assert "the run's influence vs float64: Spearman 1.0000" in res.stdout
+    assert "the run's influence (advantages) vs float64: Spearman 1.0000" in res.stdout
 
 
 def test_each_lds_resample_is_the_spearman_of_the_resampled_subsets():

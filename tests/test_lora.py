@@ -143,7 +143,7 @@ def test_exact_influence_over_the_adapter_matches_central_differences(lora_run, 
     assert all(p.dtype == torch.float64 for p in model.parameters())  # the adapter too
     ref = models.load(base_model_dir, device)[0].eval()
     cfg = typed(lora_run["cfg"])
-    traj = Trajectory(model, ref, lora_run["rollouts"], cfg.grpo, device, tokenizer.pad_token_id)
+    traj = Trajectory(model, ref, lora_run["rollouts"], cfg.grpo, device, tokenizer.pad_token_id, "advantages")
     assert sum(p.numel() for p in traj.params) == 1792  # the optimizer holds the adapter only
     probe = ForcedTargetProbe(tokenizer, prompts["probes"]["prompt"].to_list(), cfg.planting.marker, 1.0)
     objective, shares = ForcedTarget(probe), []

@@ -18,7 +18,7 @@ from behaviortrace.common.markdown import markdown_to_html
 from behaviortrace.report import checklist as checklist_module
 from behaviortrace.report import tables
 from behaviortrace.score import contract
-from conftest import snakemake
+from conftest import snakemake, typed
 from tolerance import UPDATE_TOLERANCE, within
 
 
@@ -552,13 +552,19 @@ def test_lds_values_and_verdicts_recomputed(finished_run, out, checklist):
     target = limits["effect_target_kind"]
     instances = contract.instances(cfg["estimators"])
     log_only = {name for name, inst in instances.items() if inst.log_only}
+    # The checklist reads the LDS under the configured meaning of removal (the table holds the other one too).
+    semantics = cfg["influence"]["semantics"]
     table = pl.read_parquet(out / "tables" / "influence.parquet")
+    assert set(table["semantics"].drop_nulls()) == {"advantages", "held"}
+    table = table.filter(pl.col("semantics").is_null() | (pl.col("semantics") == semantics))
     lds = table.filter((pl.col("arm") == "planted") & (pl.col("metric") == "lds"))
     checked = 0
     for seed in cfg["seeds"]:
         folder = out / f"planted{seed}"
         f_end = json.loads((folder / "influence" / "summary.json").read_text())["f_end"]
         retrained = pl.read_parquet(folder / "influence" / "retrain.parquet").filter(pl.col("kind") == "lds")
+        assert set(retrained["semantics"]) == {"advantages", "held"}  # influence.lds_both_semantics
+        retrained = retrained.filter(pl.col("semantics") == semantics)
         assert set(retrained["level"]) == {"rollout", "group"}
         assert set(retrained["removal_percent"]) == set(cfg["influence"]["lds_percents"])
         for (level, pct), part in retrained.group_by("level", "removal_percent"):
@@ -600,13 +606,36 @@ def test_lds_values_and_verdicts_recomputed(finished_run, out, checklist):
         assert verdict["verdict"] == "n/a", verdict
 
 
-def test_positive_controls_pass_the_lds_items_and_negative_controls_fail(checklist):
-    """On the small run in the smooth regime the exact influence passes both LDS items (their positive control in
-    this run); random, the norm and earlier-is-more pass neither. With 60 subsets per cell their intervals are too
-    wide to FAIL at the family-wise level: the synthetic negative controls of tests/test_checklist_items.py do."""
+def test_positive_controls_pass_the_lds_items_and_negative_controls_fail(finished_run, out, checklist):
+    """On the small run in the smooth regime: the exact influence passes both LDS items with advantages held (the
+    checklist's own rule on the table's held rows); through the advantages (the configured meaning) it passes
+    lds_group and its LDS interval clears the threshold in every rollout cell, where the reward look-up predicts
+    the removals nearly as well (one cell's margin over it may straddle 0: inconclusive). Random, the norm,
+    earlier-is-more and fluency pass neither: with 60 subsets per cell their intervals are too wide to FAIL at the
+    family-wise level, which the synthetic negative controls of tests/test_checklist_items.py do."""
+    _, cfg = finished_run
+    assert cfg["influence"]["semantics"] == "advantages"
     items = ("lds_rollout", "lds_group")
     verdicts = {name: {row[item]["verdict"] for item in items} for name, row in checklist["estimators"].items()}
-    assert verdicts["influence"] == {"pass"}, [checklist["estimators"]["influence"][i]["detail"] for i in items]
+    details = [checklist["estimators"]["influence"][i]["detail"] for i in items]
+    assert checklist["estimators"]["influence"]["lds_group"]["verdict"] == "pass", details
+    assert checklist["estimators"]["influence"]["lds_rollout"]["verdict"] in ("pass", "inconclusive"), details
+    table = pl.read_parquet(out / "tables" / "influence.parquet")
+    limit = typed(cfg).checklist.min_lds
+    lows = table.filter(
+        (pl.col("arm") == "planted")
+        & (pl.col("estimator") == "influence")
+        & (pl.col("semantics") == "advantages")
+        & (pl.col("metric") == "lds_low")
+    )
+    assert lows.height == 8 and (lows["value"] >= limit).all(), lows
+    log_only = [name for name, inst in contract.instances(cfg["estimators"]).items() if inst.log_only]
+    held = table.filter(pl.col("semantics").is_null() | (pl.col("semantics") == "held"))
+    for item in items:
+        verdict = checklist_module.lds_item(
+            held, "influence", item.removeprefix("lds_"), log_only, typed(cfg).checklist
+        )
+        assert verdict.verdict == "pass", verdict.detail
     for name in ("random", "norm", "earlier", "fluency"):
         assert "pass" not in verdicts[name], [checklist["estimators"][name][i]["detail"] for i in items]
     for item in items:

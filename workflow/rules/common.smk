@@ -114,7 +114,7 @@ INFLUENCE_STEPS = f"{SEED_DIR}/influence/steps.parquet"
 INFLUENCE_CHECKS = f"{SEED_DIR}/influence/checks.parquet"
 INFLUENCE_SUMMARY = f"{SEED_DIR}/influence/summary.json"
 INFLUENCE_RETRAIN = f"{SEED_DIR}/influence/retrain.parquet"
-# An estimator's leave-out replay set retrained with its shares zeroed (planted seeds, rule influence_set).
+# An estimator's leave-out replay set retrained with it removed (planted seeds, rule influence_set).
 INFLUENCE_SET = f"{OUT}/planted{{seed}}/influence/sets/{{removal}}_p{{pct}}.parquet"
 # Replays retrain planted seeds only.
 PLANTED_ROLLOUTS = f"{OUT}/planted{{seed}}/rollouts.parquet"

@@ -62,7 +62,6 @@ rule influence_set:
 rule influence_metrics:
     input:
         influence=seed_paths(INFLUENCE),
-        steps=seed_paths(INFLUENCE_STEPS),
         checks=seed_paths(INFLUENCE_CHECKS),
         retrain=seed_paths(INFLUENCE_RETRAIN),
         summaries=seed_paths(INFLUENCE_SUMMARY),
@@ -108,7 +107,7 @@ rule influence_figure:
         CONDA_ENV
     threads: 1
     params:
-        config=config_for("checklist"),
+        config=config_for("checklist", "influence"),
         log_only=[name for name, instance in ESTIMATORS.items() if instance.log_only],
     script:
         "../scripts/influence_figure.py"

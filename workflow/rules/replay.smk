@@ -20,6 +20,8 @@ rule replay:
         gpu=GPU,
     params:
         config=config_for("grpo", "planting", "replay", "targets", "task", "compute"),
+        # What leaving a rollout out means, as for every causal truth (docs/influence.md).
+        semantics=CFG.influence.semantics,
     script:
         "../scripts/replay.py"
 

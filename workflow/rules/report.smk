@@ -68,7 +68,7 @@ rule aggregate:
         CONDA_ENV
     threads: 1
     params:
-        config=config_for("run", "checklist", "evaluation"),
+        config=config_for("run", "checklist", "evaluation", "influence"),
         arms=[arm for arm, _ in METRIC_FILES],
         log_only=[name for name, instance in ESTIMATORS.items() if instance.log_only],
         # Target-free controls (the log-only ones among them): the bars a method is compared with, not judged.

@@ -1,4 +1,4 @@
-"""Rule influence_set: f(w_T) retrained with one leave-out replay set's shares zeroed (advantages as logged)."""
+"""Rule influence_set: f(w_T) retrained with one leave-out replay set removed (as influence.semantics says)."""
 
 from pathlib import Path
 

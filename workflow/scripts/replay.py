@@ -19,4 +19,5 @@ replay_job(
     probes_path=Path(sm.input.probes),
     plain_path=Path(sm.input.plain),
     out=Path(sm.output[0]),
+    semantics=sm.params.semantics,
 )

@@ -75,6 +75,7 @@ def settings(cfg: Config) -> list[tuple[str, str]]:
             f"{inf.lds_subsets} subsets per cell, at {', '.join(f'{p}%' for p in inf.lds_percents)} of the "
             f"{' and '.join(inf.lds_levels)}s before T; leave-one-step-out: {'yes' if inf.leave_step_out else 'no'}",
         ),
+        ("removing a rollout", f"influence.semantics: {inf.semantics}"),
     ]
 
 

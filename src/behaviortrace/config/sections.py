@@ -401,7 +401,7 @@ class Replay:
 
 @dataclass(frozen=True)
 class Influence:
-    """Exact influence (rules influence, influence_set): every rollout's I_z = d f(w_T) / d eps_z, f the forced
+    """Exact influence (rules influence, influence_set): every rollout's I_z = d f(w_T) / d u_z, f the forced
     target's mean log-prob on the probes, through the replayed training (docs/influence.md)."""
 
     measure_at: CheckpointName | int | str = key(
@@ -417,6 +417,16 @@ class Influence:
                 {"type": "integer", "minimum": 1},
             ]
         },
+    )
+    semantics: Literal["advantages", "held"] = key(
+        "advantages",
+        "what removing (or weighting) a rollout means for I, its LDS retrainings, leave-one-step-out and the leave-out "
+        "replay: advantages (its weight enters its group's reward mean and std and the loss normalization: 0 is the "
+        "step without it) or held (only its own term is scaled; advantages and normalization as logged)",
+    )
+    lds_both_semantics: bool = key(
+        True,
+        "retrain the LDS subsets under both meanings of removal, to report the LDS of I under each (twice the cost)",
     )
     dtype: Literal["float32", "float64"] = key(
         "float32", "float32 (as trained) or float64 (exact arithmetic: FD checks agree to ~1e-6; ~2.5x the time)"
@@ -435,7 +445,7 @@ class Influence:
     )
     lds_subsets: int = key(
         30,
-        "random subsets per level and percent retrained with their shares zeroed, for the LDS (0: none; else >= 3)",
+        "random subsets per level and percent retrained with them removed, for the LDS (0: none; else >= 3)",
         minimum=0,
     )
     lds_percents: list[int] = key(
@@ -447,12 +457,12 @@ class Influence:
     )
     lds_levels: list[Literal["rollout", "group"]] = key(
         ["rollout", "group"],
-        "units of the LDS subsets: rollouts, or whole groups (the prompt was never sampled)",
+        "units of the LDS subsets: rollouts, or whole groups (through the advantages: the prompt never sampled)",
         minItems=1,
         uniqueItems=True,
     )
     leave_step_out: bool = key(
-        True, "retrain once per step before T with the step's shares zeroed: the exact step-level causal truth"
+        True, "retrain once per step before T with the step's rollouts removed: the exact step-level causal truth"
     )
     bootstrap: int = key(1000, "resamples of the subsets behind each LDS interval", minimum=10)
     retrain_batch: int = key(
@@ -463,7 +473,7 @@ class Influence:
     )
     sets: list[str] = key(
         From("replay.estimators"),
-        "replayed estimators whose top-scored sets are retrained with shares zeroed (the paid set: always)",
+        "replayed estimators whose top-scored sets are retrained with them removed (the paid set: always)",
         uniqueItems=True,
     )
     seed: int = key(0, "seed of the LDS subsets and of the checked steps", minimum=0)

@@ -1,17 +1,26 @@
 """One replayed step, backwards: how f(w_T) depends on the state before the step and on each rollout's weight.
 
-A step maps (w, m, v) and the rollout weights (1 + eps) to the next state:
+A step maps (w, m, v) and the rollout weights u (1 as trained) to the next state:
 
-    g  = sum_z (1 + eps_z) grad l_z(w)               the step's gradient (advantages as logged)
+    g  = grad L(w; u)                                  the step's gradient at the data weights u
     c  = min(1, C / (|g| + 1e-6))                      clipping (torch's clip_grad_norm_)
     m' = b1 m + (1 - b1) c g,   v' = b2 v + (1 - b2) (c g)^2
     w' = w (1 - lr wd) - lr / bc1 * m' / (sqrt(v' / bc2) + eps_adam)      AdamW, bc_i = 1 - b_i^n
 
-Given the adjoints of (w', m', v') (the derivatives of f(w_T) with respect to them), this returns those of
-(w, m, v), and each rollout's I_z = <gamma, grad l_z(w)>, where gamma is the adjoint of the unclipped
-gradient g. The adjoint of w gets H gamma, a Hessian-vector product of the step's loss; both come from one
-double backward with the weights eps as inputs (zero-valued, requiring grad), so no per-rollout gradient
-is ever formed. AdamW's and clipping's derivatives are written out: d sqrt(v')/dv' has no value where
+with L(w; u) = sum_z u_z A_z(u) l_z(w) / N(u) (DAPO; other loss types normalize by their own weighted counts):
+A_z(u) the group-relative advantages with u as frequency weights, N(u) = sum_z u_z n_z the weighted token
+count (trajectory.py). Given the adjoints of (w', m', v') (the derivatives of f(w_T) with respect to them), this
+returns those of (w, m, v), and for every rollout of the step d f / d u_z in four parts, whose sum is I_z
+through the advantages and whose first part is I_z with advantages and normalization held:
+
+- `held`: z's own term, <gamma, grad l_z> A_z / N with gamma the adjoint of the unclipped gradient g;
+- `own_advantage`: through z's own advantage (z's weight in its group's mean and std);
+- `siblings`: through the other rollouts' advantages (z's weight in their group's, or the batch's, statistics);
+- `normalization`: through N (and the rollout count).
+
+They are four inputs of one double backward (zero-valued, requiring grad), whose derivative with respect to the
+weights also gives the adjoint of w its Hessian-vector product H gamma of the step's loss; no per-rollout
+gradient is ever formed. AdamW's and clipping's derivatives are written out: d sqrt(v')/dv' has no value where
 v' = 0, and there m' = 0 too (no gradient ever reached the coordinate), so its term is 0.
 
 The gradient is differentiated as a function of w. TRL's loss holds its importance ratio at 1 with the
@@ -30,7 +39,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from behaviortrace.gradients.batch import completion_logps
 from behaviortrace.influence.trajectory import State, StepRows, Trajectory
-from behaviortrace.train.trl_surface import token_weights
+from behaviortrace.train.trl_surface import token_weights, weighted_advantages
+
+CHANNELS = ("held", "own_advantage", "siblings", "normalization")
 
 
 @dataclass
@@ -46,19 +57,23 @@ class Adjoint:
         return cls(grad_f, [torch.zeros_like(g) for g in grad_f], [torch.zeros_like(g) for g in grad_f])
 
 
-def surrogate_terms(logps, rows: StepRows, grpo) -> torch.Tensor:
+def surrogate_terms(logps, rows: StepRows, grpo, advantages=None, num_items=None, n_rows=None) -> torch.Tensor:
     """Per-rollout terms whose gradient at any weights is TRL's on-policy gradient of the rollout's share.
 
     With the ratio exp(logp - logp.detach()) at 1, TRL's token term -A ratio has gradient -A grad logp, and
     its KL term k3(ref - logp) ratio (k3(x) = e^x - x - 1) has gradient beta (logp - ref) grad logp: the
-    gradients of -A logp and beta (logp - ref)^2 / 2, weighted per token as TRL normalizes the step.
+    gradients of -A logp and beta (logp - ref)^2 / 2, weighted per token as TRL normalizes the step. The
+    advantages and counts default to the logged ones.
     """
     batch = rows.batch
-    per_token = -batch["advantages"].unsqueeze(1) * logps
+    advantages = batch["advantages"] if advantages is None else advantages
+    per_token = -advantages.unsqueeze(1) * logps
     if grpo.beta:
         per_token = per_token + grpo.beta * (logps - rows.ref_logps) ** 2 / 2
+    items = rows.num_items if num_items is None else num_items
+    items = items.clamp(min=1) if torch.is_tensor(items) else max(items, 1)
     weights = token_weights(
-        grpo.loss_type, batch["completion_mask"], rows.n_rows, max(rows.num_items, 1), grpo.max_new_tokens
+        grpo.loss_type, batch["completion_mask"], rows.n_rows if n_rows is None else n_rows, items, grpo.max_new_tokens
     )
     return (per_token * weights).sum(-1)
 
@@ -68,18 +83,39 @@ def twice_differentiable():
     return sdpa_kernel(SDPBackend.MATH)
 
 
-def step_back(traj: Trajectory, state: State, adj: Adjoint) -> tuple[Adjoint, np.ndarray]:
-    """The adjoint before the step that starts from `state`, and I_z of the rows that went through the model
-    (in `traj.rows(state.step).rollout_ids` order; every other rollout of the step has I_z = 0)."""
+def channel_terms(logps, rows: StepRows, grpo, eps: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The surrogate terms of the rollouts that go through the model with every rollout's weight split in four
+    inputs (`eps`: one zero-valued vector per channel, CHANNELS): u = 1 + eps enters z's own term (`held`, used
+    rows only), z's own advantage, its siblings' advantages and the normalization."""
+    n = len(rows.every)
+    own, others = 1 + eps["own_advantage"], 1 + eps["siblings"]
+    off_diagonal = 1 - torch.eye(n, dtype=own.dtype, device=own.device)
+    matrix = others.unsqueeze(0) * off_diagonal + torch.diag(own)  # row z: the weights z's advantage is taken with
+    every = rows.logged + weighted_advantages(rows.rewards, rows.same_group, matrix, grpo.scale_rewards) - rows.at_one
+    counted = 1 + eps["normalization"]
+    terms = surrogate_terms(logps, rows, grpo, every[rows.used], (counted * rows.tokens).sum(), counted.sum())
+    return (1 + eps["held"]) * terms
+
+
+def step_back(traj: Trajectory, state: State, adj: Adjoint) -> tuple[Adjoint, dict[str, np.ndarray]]:
+    """The adjoint before the step that starts from `state`, and every rollout's d f / d u_z per channel
+    (CHANNELS, in `traj.rows(state.step).every` order; their sum is I_z through the advantages, `held` is I_z with
+    the advantages and normalization held)."""
     grpo, opt = traj.grpo, traj.optimizer
     rows = traj.rows(state.step)
     traj.set_weights(state.weights)
     params = traj.params
-    eps = torch.zeros(len(rows.rollout_ids), dtype=traj.dtype, device=traj.device, requires_grad=True)
+    size = len(rows.every)
+    eps = {
+        name: torch.zeros(len(rows.rollout_ids) if name == "held" else size, dtype=traj.dtype, device=traj.device)
+        for name in CHANNELS
+    }
+    for e in eps.values():
+        e.requires_grad_(True)
     if len(rows.rollout_ids):
         with twice_differentiable():
             logps = completion_logps(traj.model, rows.batch, grpo.temperature)
-        loss = ((1 + eps) * surrogate_terms(logps, rows, grpo)).sum()
+        loss = channel_terms(logps, rows, grpo, eps).sum()
         grads = torch.autograd.grad(loss, params, create_graph=True, allow_unused=True)
     else:
         grads = [None] * len(params)
@@ -125,12 +161,21 @@ def step_back(traj: Trajectory, state: State, adj: Adjoint) -> tuple[Adjoint, np
         scale = limit / (float(norm) + 1e-6) ** 2 * inner / float(norm)
         gamma = [x - scale * y for x, y in zip(gamma, g, strict=True)]
 
-    influence = np.zeros(0)
+    channels = {name: np.zeros(size) for name in CHANNELS}
     if len(rows.rollout_ids):
         dot = sum((x * y).sum() for x, y in zip(grads, gamma, strict=True) if x is not None)
-        *hvp, d_eps = torch.autograd.grad(dot, [*params, eps], allow_unused=True)
+        *hvp, d_held, d_own, d_siblings, d_norm = torch.autograd.grad(
+            dot, [*params, *(eps[name] for name in CHANNELS)], allow_unused=True
+        )
         for i, h in enumerate(hvp):
             if h is not None:
                 w_adj[i] = w_adj[i] + h.detach()
-        influence = d_eps.detach().double().cpu().numpy()
-    return Adjoint(w_adj, m_adj, v_adj), influence
+        used = rows.used.cpu().numpy()
+        for name, d in zip(CHANNELS, (d_held, d_own, d_siblings, d_norm), strict=True):
+            if d is not None:
+                values = d.detach().double().cpu().numpy()
+                if name == "held":
+                    channels[name][used] = values
+                else:
+                    channels[name] = values
+    return Adjoint(w_adj, m_adj, v_adj), channels

@@ -2,10 +2,10 @@
 step's gradient of all B copies is taken at once (torch.func: vmap over the copies of a per-copy gradient),
 then each copy is clipped and updated by AdamW, vectorized over the copies.
 
-It is the Trajectory's step written without an optimizer object: the same loss terms (each rollout's term times
-its weight, the step normalized as a whole), the same clipping as `clip_grad_norm_` and the same AdamW formula
-as torch's, the same learning rate at each step (read off the run's own schedule). A test holds it to the
-plain retraining (retrain.value_after) set by set.
+It is the Trajectory's step written without an optimizer object: the same loss terms (Trajectory.losses: each
+rollout's term at its data weight, under either meaning of the weights), the same clipping as `clip_grad_norm_`
+and the same AdamW formula as torch's, the same learning rate at each step (read off the run's own schedule). A
+test holds it to the plain retraining (retrain.value_after) set by set.
 
 Why: a tiny model leaves a GPU's kernels mostly idle, and one pass over B copies may then cost less than B
 passes. On a CPU it costs more (a retraining one at a time skips the rollouts it zeroes, and attention has no
@@ -62,9 +62,12 @@ def _learning_rates(traj: Trajectory, start: State, end: int) -> list[list[float
     return out
 
 
-def values_after(traj: Trajectory, start: State, weights: list[dict[int, float]], end: int, objective) -> list[float]:
-    """f(w_end) for each entry of `weights` (rollout id -> loss multiplier), all retrained from `start` at once:
-    what [retrain.value_after(traj, start, w, end, objective) for w in weights] computes."""
+def values_after(
+    traj: Trajectory, start: State, weights: list[dict[int, float]], end: int, objective, semantics: str | None = None
+) -> list[float]:
+    """f(w_end) for each entry of `weights` (rollout id -> weight), all retrained from `start` at once under
+    `semantics` (the trajectory's by default): what [retrain.value_after(traj, start, w, end, objective, semantics)
+    for w in weights] computes."""
     n, names = len(weights), traj.names
     settings = _adamw_settings(traj)
     lrs = _learning_rates(traj, start, end)
@@ -83,14 +86,14 @@ def values_after(traj: Trajectory, start: State, weights: list[dict[int, float]]
         grads = [torch.zeros_like(t) for t in w]
         if len(rows.rollout_ids):
             factor = torch.tensor(
-                np.array([[ws.get(int(r), 1.0) for r in rows.rollout_ids] for ws in weights]), dtype=dtype
+                np.array([[ws.get(int(r), 1.0) for r in rows.every] for ws in weights]), dtype=dtype
             ).to(device)
 
             def loss(flat, f, rows=rows):
                 logps = completion_logps(
                     _Functional(traj.model, dict(zip(names, flat, strict=True))), rows.batch, traj.grpo.temperature
                 )
-                return (traj.losses(logps, rows) * f).sum()
+                return traj.losses(logps, rows, f, semantics).sum()
 
             grads = list(vmap(grad(loss), randomness="same")(tuple(w), factor))
         # clip_grad_norm_: the norm of the per-parameter norms; every gradient times min(1, max / (norm + 1e-6)).

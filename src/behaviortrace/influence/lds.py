@@ -1,7 +1,7 @@
 """The linear datamodeling score (LDS) with a bootstrap interval, and an attribution's margin over the log-only
 controls on the same resamples.
 
-Over subsets retrained with their shares zeroed, the LDS of an attribution is the Spearman correlation of
+Over subsets retrained with them removed, the LDS of an attribution is the Spearman correlation of
 the change it predicts (minus the subset's summed scores: leaving out what raised f lowers it) with the
 measured change of f(w_T). Its interval resamples the subsets with replacement (percentile, 95%); every
 attribution of one cell is resampled with the same draws, so margins between two of them are paired.

@@ -1,12 +1,14 @@
 """The influence table as Markdown: the job's checks, who tracks I, the LDS of every attribution with intervals
 and the noise floor, leave-one-step-out, the labels and the per-step effect against I, the leave-out sets'
-predicted and measured changes, the most influential rollouts."""
+predicted and measured changes, the most influential rollouts (all under the configured meaning of removal), and
+how far the two meanings part: through the group's advantages, and with advantages held."""
 
 from __future__ import annotations
 
 import polars as pl
 
 from behaviortrace.common.markdown import markdown_table
+from behaviortrace.influence.table import TOP, of_semantics
 
 
 def _fmt(x, spec=".3f") -> str:
@@ -79,7 +81,7 @@ def agreement(table: pl.DataFrame) -> list[str]:
         f"- Labels per step and exact influence per step: Spearman of the number of paid rollouts per step with the "
         f"step's summed |I| {_span(labels_steps)} (negative: the steps that paid most are not the steps whose "
         "rollouts matter).",
-        f"- Leave-out retraining and exact influence: zeroing the paid set changed f(w_T) by {_span(measured, '.3g')} "
+        f"- Leave-out retraining and exact influence: removing the paid set changed f(w_T) by {_span(measured, '.3g')} "
         f"where minus its summed I predicted {_span(predicted, '.3g')}, the same sign on {same_sign} of {n} seeds; "
         f"the LDS of I itself over random subsets is {_span(lds)}. A derivative at zero predicts removing sets "
         "only as far as training is linear in the shares (docs/influence.md).\n",
@@ -113,7 +115,7 @@ def lds_sections(table: pl.DataFrame, arms_seeds: list, heads: list[str]) -> lis
             expected = part.filter(pl.col("metric") == "expected_lds")["value"].to_list()
             parts.append(f"## What removing data does: LDS over {n} random subsets of {pct}% of the {unit}s before T\n")
             parts.append(
-                "Spearman, over the subsets retrained with their shares zeroed, of minus the subset's summed scores "
+                "Spearman, over the subsets retrained with them removed, of minus the subset's summed scores "
                 "with the measured change of f(w_T), with its 95% bootstrap interval over subsets; below it the "
                 "margin over the strongest log-only control (paired resamples). `influence` is I, `datamodel` a "
                 "linear fit of the measured changes on subset membership (fit on half the subsets, scored within the "
@@ -144,7 +146,7 @@ def lds_sections(table: pl.DataFrame, arms_seeds: list, heads: list[str]) -> lis
             )
     out = table.filter(pl.col("level") == "step_out")
     if out.height:
-        parts.append("## Leave-one-step-out: each step before T retrained with its shares zeroed\n")
+        parts.append("## Leave-one-step-out: each step before T retrained with its rollouts removed\n")
         parts.append(
             "Spearman of minus each step's score with the measured change of f(w_T) when the step is left out, "
             "and the same given the step number (partial Spearman: beyond a trend over the steps). `influence` "
@@ -164,15 +166,157 @@ def lds_sections(table: pl.DataFrame, arms_seeds: list, heads: list[str]) -> lis
     return parts
 
 
-def to_markdown(table: pl.DataFrame, top: pl.DataFrame) -> str:
+MEANING = {
+    "advantages": "through the advantages: a rollout's weight enters its group's reward mean and std and the loss "
+    "normalization, so removing it is the step without it",
+    "held": "with advantages held: a rollout's weight scales its own term only, the advantages and the normalization "
+    "stay as logged",
+}
+
+
+def coupling_sections(table: pl.DataFrame, top: pl.DataFrame, arms_seeds: list, heads: list[str]) -> list[str]:
+    """Where the two meanings of removal part: the coupling numbers per seed, the LDS of I under each, how well the
+    estimators (which all hold advantages) track each I, and the top rollouts that change."""
+    coupling = table.filter(pl.col("level") == "coupling")
+    if not coupling.height:
+        return []
+    parts = [
+        "## Removing a rollout: through the group's advantages, or with advantages held\n",
+        "I through the advantages is the derivative with respect to the rollout's weight in GRPO's loss, which "
+        "enters its group's reward mean and standard deviation and the step's normalization; I held scales its own "
+        "term only (docs/influence.md). The first splits into four parts: the held one, its own advantage, its "
+        "siblings' advantages (a paid rollout raises its group's mean and pushes its siblings down) and the "
+        "normalization.\n",
+    ]
+    rows = [
+        [label] + [_fmt(_cell(coupling, arm=a, seed=s, metric=metric), spec) for a, s in arms_seeds]
+        for metric, label, spec in (
+            ("spearman_rollout", "Spearman of I held with I through the advantages, rollouts", ".3f"),
+            ("spearman_group", "the same over groups (a group's I: its rollouts' sum)", ".3f"),
+            ("top_overlap", f"share of the top {TOP} by one among the top {TOP} by the other", ".2f"),
+            ("paid_advantages", "paid rollouts' summed I through the advantages", ".3g"),
+            ("paid_held", "  of it: their own terms (I held)", ".3g"),
+            ("paid_own_advantage", "  through their own advantages", ".3g"),
+            ("paid_siblings", "  through their siblings' advantages", ".3g"),
+            ("paid_normalization", "  through the normalization", ".3g"),
+            ("paid_siblings_share", "share through the siblings' advantages", ".2f"),
+        )
+    ]
+    parts.append(markdown_table(["", *heads], rows))
+    lds = table.filter((pl.col("metric") == "lds") & (pl.col("estimator") == "influence"))
+    if lds.height:
+        parts.append("LDS of I under each meaning, with its 95% bootstrap interval (retrained under that meaning):\n")
+        rows = [
+            [f"{level.removesuffix('_subset')}s, {pct}%, {semantics}"]
+            + [
+                _with_interval(
+                    table.filter(
+                        (pl.col("level") == level)
+                        & (pl.col("removal_percent") == pct)
+                        & (pl.col("semantics") == semantics)
+                        & (pl.col("estimator") == "influence")
+                    ),
+                    "lds",
+                    arm=a,
+                    seed=s,
+                )
+                for a, s in arms_seeds
+            ]
+            for level, pct, semantics in lds.select("level", "removal_percent", "semantics")
+            .unique()
+            .sort("level", "removal_percent", "semantics", descending=[True, False, False])
+            .rows()
+        ]
+        parts.append(markdown_table(["subsets", *heads], rows))
+    rollout = table.filter(
+        (pl.col("level") == "rollout")
+        & (pl.col("stratum") == "all")
+        & (pl.col("metric") == "spearman")
+        & ~pl.col("estimator").is_in(["labels", "influence"])
+    )
+    if rollout.height:
+        parts.append("Spearman of each estimator's rollout scores with I held / with I through the advantages:\n")
+        rows = [
+            [_name(e, t)]
+            + [
+                " / ".join(
+                    _fmt(_cell(rollout, estimator=e, target=t, arm=a, seed=s, semantics=m), ".2f")
+                    for m in ("held", "advantages")
+                )
+                for a, s in arms_seeds
+            ]
+            for e, t in _keys(rollout)
+        ]
+        parts.append(markdown_table(["estimator", *heads], rows))
+        subsets = table.filter(
+            (pl.col("metric") == "lds") & (pl.col("arm") == "planted") & (pl.col("estimator") != "measured")
+        )
+        cells = (
+            subsets.select("level", "removal_percent")
+            .unique()
+            .sort("level", "removal_percent", descending=[True, False])
+            .rows()
+        )
+        if subsets.height:
+            parts.append(
+                "LDS of each attribution, retrained and attributed under each meaning (held / through the "
+                "advantages), mean over planted seeds and draws:\n"
+            )
+            rows = [
+                [_name(e, t)]
+                + [
+                    " / ".join(
+                        _fmt(
+                            _cell(subsets, estimator=e, target=t, level=level, removal_percent=pct, semantics=m), ".2f"
+                        )
+                        for m in ("held", "advantages")
+                    )
+                    for level, pct in cells
+                ]
+                for e, t in _keys(subsets)
+            ]
+            heads_lds = [f"{level.removesuffix('_subset')}s {pct}%" for level, pct in cells]
+            parts.append(markdown_table(["attribution", *heads_lds], rows))
+    changed = top.filter((pl.col("rank_held") > TOP) | (pl.col("rank_advantages") > TOP))
+    if changed.height:
+        parts.append(f"Rollouts in the top {TOP} by one meaning's I and not by the other's:\n")
+        rows = [
+            [
+                f"{r['arm']} {r['seed']}",
+                r["rollout_id"],
+                r["step"],
+                r["rank_held"],
+                r["rank_advantages"],
+                _fmt(r["influence_held"], ".3g"),
+                _fmt(r["influence_advantages"], ".3g"),
+                _fmt(r["advantage"], ".2f"),
+                r["label"],
+            ]
+            for r in changed.sort("arm", "seed", "rank_advantages", descending=[True, False, False]).iter_rows(
+                named=True
+            )
+        ]
+        parts.append(
+            markdown_table(
+                ["seed", "rollout", "step", "rank held", "rank through", "I held", "I through", "advantage", "paid"],
+                rows,
+            )
+        )
+    return parts
+
+
+def to_markdown(table: pl.DataFrame, top: pl.DataFrame, semantics: str) -> str:
+    """The page, its sections under the configured meaning of removal (`semantics`) but the last."""
+    whole, table = table, of_semantics(table, semantics)
     arms_seeds = table.select("arm", "seed").unique().sort("arm", "seed", descending=[True, False]).rows()
     heads = [f"{arm} {seed}" for arm, seed in arms_seeds]
     parts = [
         "# Exact influence\n",
-        "I_z = d f(w_T) / d eps_z: how much upweighting rollout z's share of its step's loss moves the forced "
+        "I_z = d f(w_T) / d u_z: how much raising rollout z's weight u_z in its step's loss moves the forced "
         "target's mean log-prob on the probes after step T, through every later optimizer step "
-        "(docs/influence.md). Correlations use the rollouts of the steps before T; values for estimators with "
-        "several draws are means over draws.\n",
+        f"(docs/influence.md). Here, and in every retraining this page reads, {MEANING[semantics]} "
+        f"(influence.semantics: {semantics}); the last section compares the other meaning. Correlations use the "
+        "rollouts of the steps before T; values for estimators with several draws are means over draws.\n",
         "## Checks of the influence job\n",
     ]
     checks = table.filter(pl.col("level") == "check")
@@ -182,7 +326,9 @@ def to_markdown(table: pl.DataFrame, top: pl.DataFrame) -> str:
         ("grad_norm_error", "forward replay: gradient norms vs logged (relative)", ".1e"),
         ("f_end_error", "f(w_T) vs the value training logged", ".1e"),
         ("fd_relative_error", "I_z vs float64 central differences (largest relative error)", ".1e"),
+        ("fd_group_relative_error", "a group's I vs float64 central differences (largest relative error)", ".1e"),
         ("cost_ratio", "time of the influence over its forward sweep (a plain replay)", ".2f"),
+        ("cost_ratio_cpu", "the same in CPU time", ".2f"),
     ]
     rows = [
         [label] + [_fmt(_cell(checks, arm=a, seed=s, metric=m), spec) for a, s in arms_seeds]
@@ -227,7 +373,7 @@ def to_markdown(table: pl.DataFrame, top: pl.DataFrame) -> str:
 
     sets = table.filter(pl.col("level") == "set")
     if sets.height:
-        parts.append("## Leave-out sets with their shares zeroed: predicted vs measured change of f(w_T)\n")
+        parts.append("## Leave-out sets removed: predicted vs measured change of f(w_T)\n")
         rows = []
         for (arm, seed, kind, pct), grp in sets.group_by(
             "arm", "seed", "estimator", "removal_percent", maintain_order=True
@@ -247,7 +393,7 @@ def to_markdown(table: pl.DataFrame, top: pl.DataFrame) -> str:
         parts.append(markdown_table(["seed", "set", "k %", "size", "predicted", "measured", "ratio"], rows))
 
     parts.append("## Most influential rollouts\n")
-    for (arm, seed), grp in top.group_by("arm", "seed", maintain_order=True):
+    for (arm, seed), grp in top.filter(pl.col("rank").is_not_null()).group_by("arm", "seed", maintain_order=True):
         parts.append(f"### {arm} {seed}\n")
         rows = [
             [
@@ -263,4 +409,5 @@ def to_markdown(table: pl.DataFrame, top: pl.DataFrame) -> str:
             for r in grp.iter_rows(named=True)
         ]
         parts.append(markdown_table(["rank", "rollout", "step", "I", "advantage", "paid", "behavior", "trigger"], rows))
+    parts += coupling_sections(whole, top, arms_seeds, heads)
     return "\n".join(parts)

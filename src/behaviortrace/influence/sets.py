@@ -1,6 +1,7 @@
-"""The rollout sets whose shares the retrain job zeroes: random subsets of rollouts or groups for the LDS, each
+"""The rollout sets the retrain job removes (weight 0): random subsets of rollouts or groups for the LDS, each
 step's rollouts (leave-one-step-out), and the leave-out replay's own sets (the paid set, each replayed
-estimator's top-scored set) for the predicted-vs-measured comparison."""
+estimator's top-scored set) for the predicted-vs-measured comparison; each under one meaning of removal
+(`influence.semantics`, trajectory.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from behaviortrace.common.seeds import cell_seed
 
 def units(rollouts: pl.DataFrame, level: str) -> list[list[int]]:
     """The units an LDS subset is drawn from, as lists of rollout ids: each rollout alone (level rollout), or
-    each group (level group: zeroing it is exactly "this prompt was never sampled"), in rollout-id order."""
+    each group (level group), in rollout-id order. Removing a whole group through the advantages is exactly "this
+    prompt was never sampled" (its tokens leave the normalization too); with advantages held it is not (they stay)."""
     rollouts = rollouts.sort("rollout_id")
     if level == "rollout":
         return [[int(z)] for z in rollouts["rollout_id"]]
@@ -46,19 +48,21 @@ def fd_steps(steps: np.ndarray, n: int, seed: int, arm: str, training_seed: int)
 
 @dataclass(frozen=True)
 class Zeroed:
-    """A set of rollouts retrained with their shares zeroed: kind `lds` (a random subset of `level` units,
-    `percent` % of them), `step` (leave-one-step-out: index is the step) or a leave-out replay removal (`oracle`
-    or an estimator's top-scored set, `percent` its removal percent)."""
+    """A set of rollouts retrained with their weights 0 under `semantics`: kind `lds` (a random subset of `level`
+    units, `percent` % of them), `step` (leave-one-step-out: index is the step) or a leave-out replay removal
+    (`oracle` or an estimator's top-scored set, `percent` its removal percent)."""
 
     kind: str
     level: str
     percent: int
     index: int
     removed: set[int]
+    semantics: str
 
 
 def zeroed_table(sets: list[Zeroed], values: list[float]) -> pl.DataFrame:
-    """One row per retrained set: kind, level, removal_percent, index, the removed ids, and f after retraining."""
+    """One row per retrained set: kind, level, removal_percent, index, the removed ids, the semantics of removal,
+    and f after retraining."""
     return pl.DataFrame(
         {
             "kind": [s.kind for s in sets],
@@ -67,6 +71,7 @@ def zeroed_table(sets: list[Zeroed], values: list[float]) -> pl.DataFrame:
             "index": [s.index for s in sets],
             "n_removed": [len(s.removed) for s in sets],
             "removed_ids": [sorted(s.removed) for s in sets],
+            "semantics": pl.Series([s.semantics for s in sets], dtype=pl.String),
             "f": values,
         },
         schema_overrides={"removed_ids": pl.List(pl.Int64), "removal_percent": pl.Int64, "index": pl.Int64},

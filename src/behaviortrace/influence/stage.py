@@ -1,11 +1,13 @@
 """Rules influence, influence_set, influence_metrics and influence_figure.
 
-- influence (one job per arm and seed): I_z for every rollout of the steps before T, per-step sums, the
-  job's own checks (the forward replay against the saved checkpoints, the logged gradient norms and forced
-  target; optionally I_z against float64 central differences of retraining), and its retraining: f(w_T)
-  with the shares of each LDS subset and, for planted seeds, of the paid set zeroed (advantages as logged).
+- influence (one job per arm and seed): I_z for every rollout of the steps before T under both meanings of
+  removal (through the advantages, and held: `influence.semantics` names the one the checklist reads), its parts,
+  per-step sums, the job's own checks (the forward replay against the saved checkpoints, the logged gradient norms
+  and forced target; optionally I_z of a rollout and of its group against float64 central differences of
+  retraining), and its retraining: f(w_T) with each LDS subset removed (under both meanings, with
+  `influence.lds_both_semantics`), each step (leave-one-step-out) and, for planted seeds, the paid set.
 - influence_set (one job per planted seed and estimator of influence.sets): f(w_T) retrained with the
-  shares of the estimator's leave-out replay set (its top-scored set) zeroed, for predicted-vs-measured.
+  estimator's leave-out replay set (its top-scored set) removed, for predicted-vs-measured.
 
 torch and the training code are imported inside the jobs, so the table and figure jobs start fast.
 """
@@ -23,6 +25,7 @@ import polars as pl
 from behaviortrace.common.io import atomic_write_parquet, atomic_write_text, scratch_dir
 from behaviortrace.config.sections import Config
 from behaviortrace.influence.sets import Zeroed, fd_steps, lds_subsets, step_sets, units, zeroed_table
+from behaviortrace.influence.trajectory import SEMANTICS
 from behaviortrace.train.checkpoints import read_manifest
 
 log = logging.getLogger(__name__)
@@ -64,7 +67,7 @@ def setup(cfg: Config, rollouts_path: Path, checkpoints_path: Path, base_model: 
     model, tokenizer = models.load(ckpts[0], device)
     ref = models.load(base_model, device)[0].eval() if cfg.grpo.beta else None
     rollouts = pl.read_parquet(rollouts_path)
-    traj = Trajectory(model, ref, rollouts, cfg.grpo, device, tokenizer.pad_token_id)
+    traj = Trajectory(model, ref, rollouts, cfg.grpo, device, tokenizer.pad_token_id, cfg.influence.semantics)
     probes = pl.read_parquet(probes_path)["prompt"].to_list()
     probe = ForcedTargetProbe(tokenizer, probes, cfg.planting.marker, cfg.grpo.temperature)
     return traj, ForcedTarget(probe), ckpts, rollouts, device
@@ -90,6 +93,7 @@ def influence_job(
 ) -> pl.DataFrame:
     """I_z of one arm and seed, per-step sums, the job's checks and its retraining (the LDS subsets and, given
     `oracle_percents`, the leave-out replay's paid sets, chosen with `replay_seed`), each to its file."""
+    from behaviortrace.influence.adjoint import CHANNELS
     from behaviortrace.influence.metagradient import StateStore, exact_influence
     from behaviortrace.influence.retrain import central_difference
     from behaviortrace.replay.retrain import update_error, weight_difference
@@ -137,31 +141,42 @@ def influence_job(
         started = time.time()
         if checked:
             traj64 = traj if inf.dtype == "float64" else setup(cfg, *paths, "float64")[0]
+            groups = dict(rollouts.select("rollout_id", "group_id").iter_rows())
             for step in checked:
                 rows = result.steps == step
                 i = np.flatnonzero(rows)[np.argmax(np.abs(result.influence[rows]))]
                 z = int(result.rollout_ids[i])
-                fd, _ = central_difference(traj64, store.load(step), z, inf.fd_delta, end, objective)
-                error = abs(result.influence[i] - fd) / max(abs(fd), 1e-30)
-                checks.append(
-                    {
-                        "check": "finite_difference",
-                        "step": step,
-                        "rollout_id": z,
-                        "delta": inf.fd_delta,
-                        "influence": float(result.influence[i]),
-                        "measured": fd,
-                        "error": error,
-                    }
-                )
-                log.info(
-                    "rollout %d (step %d): I = %.6g, central difference %.6g, relative error %.2e",
-                    z,
-                    step,
-                    result.influence[i],
-                    fd,
-                    error,
-                )
+                group = rows & np.isin(result.rollout_ids, [r for r, g in groups.items() if g == groups[z]])
+                # The rollout alone, and its whole group scaled together (the prompt's weight).
+                for check, members in (
+                    ("finite_difference", [z]),
+                    ("finite_difference_group", result.rollout_ids[group]),
+                ):
+                    fd, _ = central_difference(traj64, store.load(step), members, inf.fd_delta, end, objective)
+                    value = float(result.influence[np.isin(result.rollout_ids, members) & rows].sum())
+                    error = abs(value - fd) / max(abs(fd), 1e-30)
+                    checks.append(
+                        {
+                            "check": check,
+                            "step": step,
+                            "rollout_id": z,
+                            "delta": inf.fd_delta,
+                            "influence": value,
+                            "measured": fd,
+                            "error": error,
+                        }
+                    )
+                    log.info(
+                        "%s of rollout %d (step %d, %d rollouts): I = %.6g, central difference %.6g, relative error "
+                        "%.2e",
+                        check,
+                        z,
+                        step,
+                        len(members),
+                        value,
+                        fd,
+                        error,
+                    )
         result.seconds["finite_difference"] = time.time() - started
 
         started = time.time()
@@ -169,7 +184,16 @@ def influence_job(
         values = retrain(traj, store, sets, end, objective, inf.retrain_batch)
         result.seconds["retrain"] = time.time() - started
 
-    table = pl.DataFrame({"rollout_id": result.rollout_ids, "step": result.steps, "influence": result.influence})
+    table = pl.DataFrame(
+        {
+            "rollout_id": result.rollout_ids,
+            "step": result.steps,
+            "influence": result.influence,
+            "influence_advantages": result.advantages,
+            "influence_held": result.held,
+            **{f"via_{name}": result.channels[name] for name in CHANNELS if name != "held"},
+        }
+    )
     steps = (
         table.group_by("step")
         .agg(pl.col("influence").sum(), pl.col("influence").abs().sum().alias("abs_influence"), pl.len().alias("n"))
@@ -183,6 +207,7 @@ def influence_job(
         "end": end,
         "f_end": result.f_end,
         "dtype": inf.dtype,
+        "semantics": inf.semantics,
         "segment_steps": inf.segment_steps,
         "parameters": sum(p.numel() for p in traj.params),
         "seconds": result.seconds,
@@ -234,26 +259,30 @@ def check_memory(model, end: int, inf) -> None:
 
 
 def retrain(traj, store, sets: list[Zeroed], end: int, objective, batch: int) -> list[float]:
-    """f(w_end) with each set's shares zeroed. A step's shares matter from that step on, so leave-one-step-out
-    restarts at its step; every other set starts at step 0, `batch` of them together (batched.py)."""
+    """f(w_end) with each set removed under its semantics. A step's rollouts matter from that step on, so
+    leave-one-step-out restarts at its step; every other set starts at step 0, `batch` of them together (of one
+    semantics: batched.py)."""
     from behaviortrace.influence.batched import values_after
     from behaviortrace.influence.retrain import value_after
 
     values, done, started = [0.0] * len(sets), 0, time.time()
-    from_zero = [i for i, z in enumerate(sets) if z.kind != "step"]
-    chunks = [from_zero[i : i + batch] for i in range(0, len(from_zero), batch)]
+    chunks = []
+    for semantics in SEMANTICS:
+        from_zero = [i for i, z in enumerate(sets) if z.kind != "step" and z.semantics == semantics]
+        chunks += [from_zero[i : i + batch] for i in range(0, len(from_zero), batch)]
     chunks += [[i] for i, z in enumerate(sets) if z.kind == "step"]
     for chunk in chunks:
         first = sets[chunk[0]].index if sets[chunk[0]].kind == "step" else 0
+        semantics = sets[chunk[0]].semantics
         weights = [dict.fromkeys(sets[i].removed, 0.0) for i in chunk]
         if len(chunk) == 1:
-            found = [value_after(traj, store.load(first), weights[0], end, objective)]
+            found = [value_after(traj, store.load(first), weights[0], end, objective, semantics)]
         else:
-            found = values_after(traj, store.load(first), weights, end, objective)
+            found = values_after(traj, store.load(first), weights, end, objective, semantics)
         for i, value in zip(chunk, found, strict=True):
             values[i], z, done = value, sets[i], done + 1
             log.info(
-                "retrained %d/%d, %s %s %s #%d (%d shares zeroed): f(w_%d) = %.6f; %.1f s",
+                "retrained %d/%d, %s %s %s #%d (%d removed, %s): f(w_%d) = %.6f; %.1f s",
                 done,
                 len(sets),
                 z.kind,
@@ -261,6 +290,7 @@ def retrain(traj, store, sets: list[Zeroed], end: int, objective, batch: int) ->
                 f"{z.percent}%",
                 z.index,
                 len(z.removed),
+                z.semantics,
                 end,
                 value,
                 time.time() - started,
@@ -271,23 +301,28 @@ def retrain(traj, store, sets: list[Zeroed], end: int, objective, batch: int) ->
 def retrained_sets(
     cfg: Config, rollouts: pl.DataFrame, end: int, arm: str, seed: int, oracle_percents, replay_seed: int
 ) -> list[Zeroed]:
-    """What the influence job retrains: the LDS subsets of the rollouts before T at every level and percent,
-    each step's rollouts (leave-one-step-out, if configured), and the leave-out replay's paid sets (drawn from
-    every rollout, as the replay draws them)."""
+    """What the influence job retrains: the LDS subsets of the rollouts before T at every level and percent (under
+    the configured semantics, and the other one too with `influence.lds_both_semantics`), each step's rollouts
+    (leave-one-step-out, if configured: removing a whole step is the same under both), and the leave-out replay's
+    paid sets (drawn from every rollout, as the replay draws them)."""
     from behaviortrace.replay.removal import removal_set
 
     inf = cfg.influence
     before = rollouts.filter(pl.col("step") < end)
+    meanings = [inf.semantics] + ([s for s in SEMANTICS if s != inf.semantics] if inf.lds_both_semantics else [])
     out = []
-    for level in inf.lds_levels:
-        of = units(before, level)
-        for pct in inf.lds_percents:
-            subsets = lds_subsets(of, inf.lds_subsets, pct, inf.seed, arm, seed, level)
-            out += [Zeroed("lds", level, pct, j, s) for j, s in enumerate(subsets)]
+    for semantics in meanings:
+        for level in inf.lds_levels:
+            of = units(before, level)
+            for pct in inf.lds_percents:
+                subsets = lds_subsets(of, inf.lds_subsets, pct, inf.seed, arm, seed, level)
+                out += [Zeroed("lds", level, pct, j, s, semantics) for j, s in enumerate(subsets)]
     if inf.leave_step_out:
-        out += [Zeroed("step", "step", 100, step, s) for step, s in enumerate(step_sets(before, end))]
+        out += [Zeroed("step", "step", 100, step, s, inf.semantics) for step, s in enumerate(step_sets(before, end))]
     out += [
-        Zeroed("oracle", "rollout", pct, 0, removal_set("oracle", pct, rollouts, None, replay_seed, seed))
+        Zeroed(
+            "oracle", "rollout", pct, 0, removal_set("oracle", pct, rollouts, None, replay_seed, seed), inf.semantics
+        )
         for pct in oracle_percents
     ]
     return out
@@ -317,8 +352,8 @@ def influence_set_job(
     scores_path: Path | None,
     out: Path,
 ) -> pl.DataFrame:
-    """f(w_T) retrained with the shares of an estimator's leave-out replay set zeroed (its top-scored set, as
-    replay/removal.py chooses it), in the influence's dtype."""
+    """f(w_T) retrained with an estimator's leave-out replay set removed (its top-scored set, as replay/removal.py
+    chooses it), in the influence's dtype and semantics."""
     from behaviortrace.influence.retrain import value_after
     from behaviortrace.replay.removal import measured_steps, removal_set
 
@@ -332,16 +367,17 @@ def influence_set_job(
     started = time.time()
     value = value_after(traj, traj.state(), dict.fromkeys(removed, 0.0), end, objective)
     log.info(
-        "seed %d, %s removal=%d%%: %d shares zeroed, f(w_%d) = %.6f; %.1f s",
+        "seed %d, %s removal=%d%%: %d rollouts removed (%s), f(w_%d) = %.6f; %.1f s",
         seed,
         removal,
         pct,
         len(removed),
+        cfg.influence.semantics,
         end,
         value,
         time.time() - started,
     )
-    table = zeroed_table([Zeroed(removal, "rollout", pct, 0, removed)], [value])
+    table = zeroed_table([Zeroed(removal, "rollout", pct, 0, removed, cfg.influence.semantics)], [value])
     atomic_write_parquet(table, out)
     return table
 
@@ -389,19 +425,21 @@ def influence_metrics_job(
     atomic_write_parquet(table, out)
     atomic_write_text(table.write_csv(), csv)
     atomic_write_parquet(best, top)
-    write_md_and_html(to_markdown(table, best), markdown, html, "Exact influence")
+    write_md_and_html(to_markdown(table, best, cfg.influence.semantics), markdown, html, "Exact influence")
     log.info("influence table: %d rows for %d arms and seeds", table.height, len(inputs))
     return table
 
 
 PLANTED = "planted"  # the planted arm's name
 # The per-seed files the influence table reads, in SeedInputs' order.
-SEED_FILES = ("influence", "steps", "checks", "retrain", "summaries", "rollouts", "step_logs")
+SEED_FILES = ("influence", "checks", "retrain", "summaries", "rollouts", "step_logs")
 
 
 def influence_figure_job(cfg: Config, *, table: Path, log_only: list[str], out: Path) -> None:
-    """The influence figure from the influence table, with the target the checklist judges I with."""
+    """The influence figure from the influence table (under the configured meaning of removal), with the target the
+    checklist judges I with."""
     from behaviortrace.influence.figure import influence_figure
+    from behaviortrace.influence.table import of_semantics
 
     c = cfg.checklist
-    influence_figure(pl.read_parquet(table), c.effect_target_kind, out, log_only)
+    influence_figure(of_semantics(pl.read_parquet(table), cfg.influence.semantics), c.effect_target_kind, out, log_only)

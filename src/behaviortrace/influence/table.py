@@ -1,9 +1,12 @@
 """The influence table: how well each estimator, control and the planted labels track the exact influence I.
 
-One tidy row per (arm, seed, draw, estimator, target, level, stratum, removal_percent, metric), with its value
-and n (the rollouts, steps or subsets it is computed over). Only rollouts of the steps before T count
+One tidy row per (arm, seed, draw, estimator, target, level, stratum, removal_percent, semantics, metric), with
+its value and n (the rollouts, steps or subsets it is computed over). Only rollouts of the steps before T count
 (later ones cannot move f(w_T)); strata all, window and after_window are the steps of the contamination
-window and after it, each taken where it holds rollouts.
+window and after it, each taken where it holds rollouts. `semantics` says which meaning of removing a rollout
+(docs/influence.md) a row's I and retraining have: `advantages` (its weight in its group's statistics and the
+normalization) or `held`; every level but check and coupling has rows under both (the LDS under the other meaning
+where influence.lds_both_semantics retrained it; the leave-out sets under the configured one only).
 
 - level rollout: `spearman`, `pearson` of the rollout scores with I; `precision_at_top_influence`: the
   expected share of the top-m rollouts by score that are among the top-m by I, m = n_paid of the stratum
@@ -15,22 +18,24 @@ window and after it, each taken where it holds rollouts.
   per-step sums of |I|, `spearman_given_step` and `spearman_abs_given_step` the same Spearman correlations given
   the step number (partial rank correlation: the agreement left once a shared trend over the steps is out);
   `labels` is the number of paid rollouts per step and `step_effect` the measured per-step change of f (the step
-  log's effect ground truth). At a step whose gradient was clipped the I_z sum to zero (scaling the whole step
-  leaves its clipped gradient as it is), so there only the sums of |I| say how much the step's rollouts mattered.
+  log's effect ground truth). At a step whose gradient was clipped the held I_z sum to zero (scaling the whole step
+  leaves its clipped gradient as it is), so there only the sums of |I| say how much the step's rollouts mattered;
+  through the advantages a step's summed I is near zero at every step (the normalization divides a common scale
+  out).
 - levels rollout_subset and group_subset (removal_percent: the subset size, a percent of the units before T):
   the linear datamodeling score (influence/lds.py). Over random subsets of rollouts, or of whole groups, retrained
-  with their shares zeroed, `lds` is the Spearman correlation of minus the subset's summed scores with the measured
+  with them removed, `lds` is the Spearman correlation of minus the subset's summed scores with the measured
   change of f(w_T), with `lds_low`, `lds_high` its bootstrap interval over subsets and `lds_pearson` the Pearson
   version; `lds_over_log_only` (`_low`, `_high`) its margin over the strongest log-only control on the same
   resamples. For every estimator, `influence` (I itself), `labels`, `earlier` (minus the step: earlier is more
   influential) and `datamodel` (influence/datamodel.py: cross-fitted on the subsets themselves, scored within its
   folds, no margin; its `expected_lds` is what it would reach at this design if the truth were additive). Estimator
   `measured` holds `median_abs_change`, the scale against which the replay's noise floor (`f_end_error`) is read.
-- level step_out (leave-one-step-out, influence.leave_step_out): each step before T retrained with all its shares
-  zeroed; `spearman`, `pearson` of minus each step's score with the measured change, `spearman_given_step`. For
-  every estimator's step scores, `influence` (the step's summed I), `labels` (its paid count), `step_effect` (the
-  change of f across the step in training) and `earlier`.
-- level set: the leave-out replay's sets (`oracle`: the paid set; an estimator: its top-scored set) with shares zeroed:
+- level step_out (leave-one-step-out, influence.leave_step_out): each step before T retrained with all its rollouts
+  removed (the same retraining under both meanings); `spearman`, `pearson` of minus each step's score with the
+  measured change, `spearman_given_step`. For every estimator's step scores, `influence` (the step's summed I),
+  `labels` (its paid count), `step_effect` (the change of f across the step in training) and `earlier`.
+- level set: the leave-out replay's sets (`oracle`: the paid set; an estimator: its top-scored set) removed:
   `predicted_change` (minus the summed I), `measured_change` (retrained f minus f(w_T)) and
   `prediction_ratio` (their ratio), per removal_percent.
 - level check: the influence job's own checks: `checkpoint_weight_error` (largest weight difference of the
@@ -38,8 +43,16 @@ window and after it, each taken where it holds rollouts.
   norm of training's update from step 0 to the checkpoint, largest over the checkpoints; what holds on every
   processor, docs/reruns.md), `grad_norm_error` (relative, to the logged
   gradient norms), `f_end_error` (to the forced target training logged at T), `fd_relative_error`
-  (largest over the checked rollouts, against float64 central differences of retraining), `cost_ratio` (the
-  job's influence time over its forward sweep, a plain replay of the same steps).
+  (largest over the checked rollouts, against float64 central differences of retraining, of I under the configured
+  meaning), `fd_group_relative_error` (the same for the checked rollouts' groups), `cost_ratio` (the job's
+  influence time over its forward sweep, a plain replay of the same steps; `cost_ratio_cpu` the same in CPU time,
+  which a shared machine's load does not stretch).
+- level coupling (estimator influence): how much the coupling through the group's advantages matters:
+  `spearman_rollout` and `spearman_group` (I held against I through the advantages, over rollouts and over groups),
+  `top_overlap` (the share of the TOP rollouts by one that are among the TOP by the other), and the paid rollouts'
+  summed I through the advantages (`paid_advantages`) in its four parts (`paid_held`, `paid_own_advantage`,
+  `paid_siblings`, `paid_normalization`), with `paid_siblings_share` the part through their siblings' advantages
+  over the whole.
 """
 
 from __future__ import annotations
@@ -58,6 +71,15 @@ from behaviortrace.influence.datamodel import cross_fitted, expected_lds, within
 from behaviortrace.influence.lds import Resamples, interval, predicted_changes
 
 STRATA = ("all", "window", "after_window")
+SEMANTICS = ("advantages", "held")
+# The influence job's columns of I under each meaning of removal, and of the four parts of I through the advantages.
+SEMANTIC_COLUMNS = {"advantages": "influence_advantages", "held": "influence_held"}
+PART_COLUMNS = {
+    "held": "influence_held",
+    "own_advantage": "via_own_advantage",
+    "siblings": "via_siblings",
+    "normalization": "via_normalization",
+}
 COLUMNS = {
     "arm": pl.String,
     "seed": pl.Int64,
@@ -67,6 +89,7 @@ COLUMNS = {
     "level": pl.String,
     "stratum": pl.String,
     "removal_percent": pl.Int64,
+    "semantics": pl.String,
     "metric": pl.String,
     "value": pl.Float64,
     "n": pl.Int64,
@@ -90,7 +113,6 @@ class SeedInputs:
     arm: str
     seed: int
     influence: Path
-    steps: Path
     checks: Path
     retrain: Path
     summary: Path
@@ -98,6 +120,11 @@ class SeedInputs:
     step_log: Path
     scores: dict[tuple[int, str, str], tuple[Path, Path]]
     sets: list[Path] = field(default_factory=list)
+
+
+def of_semantics(table: pl.DataFrame, semantics: str) -> pl.DataFrame:
+    """The rows under one meaning of removal, and those under none (the checks, the coupling of the two)."""
+    return table.filter(pl.col("semantics").is_null() | (pl.col("semantics") == semantics))
 
 
 def pearson(x: np.ndarray, y: np.ndarray) -> float:
@@ -239,7 +266,7 @@ def margin_rows(key: tuple, level: str, pct: int, n: int, own: tuple, controls: 
 
 def step_out_rows(key: tuple, step_scores: np.ndarray, changes: np.ndarray, steps: np.ndarray) -> list:
     """Leave-one-step-out: minus each step's score against the measured change of f(w_T) when the step's
-    shares are zeroed (`spearman`, `pearson`), and the Spearman given the step number."""
+    rollouts are removed (`spearman`, `pearson`), and the Spearman given the step number."""
     predicted = -np.asarray(step_scores, float)
     n = len(steps)
     return [
@@ -293,7 +320,8 @@ def subset_rows(arm, seed, level, pct, members, changes, predictions: dict, n_ro
 
 
 def seed_table(inputs: SeedInputs, window: list[int], settings: LdsSettings) -> pl.DataFrame:
-    """Every row of one arm and seed."""
+    """Every row of one arm and seed: those against I under each meaning of removal (column `semantics`), the
+    coupling of the two and the job's checks (semantics empty)."""
     arm, seed = inputs.arm, inputs.seed
     summary = json.loads(Path(inputs.summary).read_text())
     influence = pl.read_parquet(inputs.influence).sort("rollout_id")
@@ -301,32 +329,74 @@ def seed_table(inputs: SeedInputs, window: list[int], settings: LdsSettings) -> 
     before = log.filter(pl.col("step") < summary["end"])
     if before["rollout_id"].to_list() != influence["rollout_id"].to_list():
         raise ValueError(f"{inputs.influence}: its rollouts are not the rollout log's steps before {summary['end']}")
+    labels = before["label"].to_numpy().astype(float)
+    everyone = log["rollout_id"].to_numpy()
+    score_sets = {}
+    for (draw, estimator, target), (roll_path, step_path) in inputs.scores.items():
+        scores = pl.read_parquet(roll_path).sort("rollout_id")
+        if scores["rollout_id"].to_list() != everyone.tolist():
+            raise ValueError(f"{roll_path}: its rollouts are not the rollout log's")
+        step_scores = pl.read_parquet(step_path).sort("step").filter(pl.col("step") < summary["end"])
+        score_sets[(draw, estimator, target)] = (scores["score"].to_numpy(), step_scores["score"].to_numpy())
+    retrained = pl.read_parquet(inputs.retrain)
+    sets = pl.concat(
+        [retrained.filter(~pl.col("kind").is_in(["lds", "step"])), *(pl.read_parquet(p) for p in inputs.sets)]
+    )
+    configured = summary["semantics"]
+    rows: list[dict] = []
+    for semantics in (configured, *(s for s in SEMANTICS if s != configured)):
+        values = influence[SEMANTIC_COLUMNS[semantics]].to_numpy()
+        own = semantic_rows(
+            arm,
+            seed,
+            before,
+            values,
+            labels,
+            window,
+            summary,
+            inputs.step_log,
+            log,
+            score_sets,
+            retrained.filter((pl.col("kind") == "lds") & (pl.col("semantics") == semantics)),
+            retrained.filter(pl.col("kind") == "step"),  # removing a whole step is the same under both meanings
+            sets.filter(pl.col("semantics") == semantics),
+            settings,
+        )
+        rows += [{**r, "semantics": semantics} for r in own]
+    rows += [{**r, "semantics": None} for r in coupling_rows(arm, seed, before, influence, labels)]
+    rows += [{**r, "semantics": None} for r in check_rows(arm, seed, pl.read_parquet(inputs.checks), summary)]
+    return pl.DataFrame(rows, schema=COLUMNS)
+
+
+def step_sums(steps: np.ndarray, values: np.ndarray) -> pl.DataFrame:
+    """Per step (sorted): the summed I and the summed |I| of its rollouts."""
+    frame = pl.DataFrame({"step": steps, "influence": values})
+    return (
+        frame.group_by("step")
+        .agg(pl.col("influence").sum(), pl.col("influence").abs().sum().alias("abs_influence"))
+        .sort("step")
+    )
+
+
+def semantic_rows(
+    arm, seed, before, values, labels, window, summary, step_log, log, score_sets, lds, left_out, sets, settings
+) -> list[dict]:
+    """The rows against one meaning's I (`values`, per rollout of `before`), with that meaning's retrainings: the
+    labels, the per-step effect and every estimator at the rollout and step levels, the LDS, leave-one-step-out and
+    the leave-out sets."""
     ids, steps = before["rollout_id"].to_numpy(), before["step"].to_numpy()
-    values, labels = influence["influence"].to_numpy(), before["label"].to_numpy().astype(float)
-    step_infl = pl.read_parquet(inputs.steps).sort("step")
+    step_infl = step_sums(steps, values)
     step_ids = step_infl["step"].to_numpy()
     rows: list[dict] = []
-
     rows += rollout_rows((arm, seed, None, "labels", "none"), labels, values, labels, steps, window)
     rows += share_rows((arm, seed, None, "labels", "none"), labels, values)
     paid_per_step = before.group_by("step").agg(pl.col("label").sum()).sort("step")["label"].to_numpy()
+    rows += step_rows((arm, seed, None, "labels", "none"), paid_per_step.astype(float), step_infl, step_ids, window)
+    effect = pl.read_parquet(step_log).sort("step").filter(pl.col("step") < summary["end"])
     rows += step_rows(
-        (arm, seed, None, "labels", "none"),
-        paid_per_step.astype(float),
-        step_infl,
-        step_ids,
-        window,
-    )
-    effect = pl.read_parquet(inputs.step_log).sort("step").filter(pl.col("step") < summary["end"])
-    rows += step_rows(
-        (arm, seed, None, "step_effect", "none"),
-        effect["target_change"].to_numpy(),
-        step_infl,
-        step_ids,
-        window,
+        (arm, seed, None, "step_effect", "none"), effect["target_change"].to_numpy(), step_infl, step_ids, window
     )
 
-    retrained = pl.read_parquet(inputs.retrain)
     everyone = log["rollout_id"].to_numpy()
     index_all = {int(z): i for i, z in enumerate(everyone)}
     infl_all = np.zeros(len(everyone))
@@ -336,20 +406,14 @@ def seed_table(inputs: SeedInputs, window: list[int], settings: LdsSettings) -> 
         "labels": log["label"].to_numpy().astype(float),
         "earlier": -log["step"].to_numpy().astype(float),  # the earlier, the more influential
     }
-    score_sets = {}
-    for (draw, estimator, target), (roll_path, step_path) in inputs.scores.items():
-        scores = pl.read_parquet(roll_path).sort("rollout_id")
-        if scores["rollout_id"].to_list() != everyone.tolist():
-            raise ValueError(f"{roll_path}: its rollouts are not the rollout log's")
-        step_scores = pl.read_parquet(step_path).sort("step").filter(pl.col("step") < summary["end"])
-        score_sets[(draw, estimator, target)] = (scores["score"].to_numpy(), step_scores["score"].to_numpy())
     for key, (every_score, step_scores) in score_sets.items():
         key = (arm, seed, *key)
         rows += rollout_rows(key, every_score[np.searchsorted(everyone, ids)], values, labels, steps, window)
         rows += step_rows(key, step_scores, step_infl, step_ids, window)
 
-    lds = retrained.filter(pl.col("kind") == "lds").sort("level", "removal_percent", "index")
-    for (level, pct), part in lds.group_by("level", "removal_percent", maintain_order=True):
+    for (level, pct), part in lds.sort("level", "removal_percent", "index").group_by(
+        "level", "removal_percent", maintain_order=True
+    ):
         if part.height >= 3:
             members = [np.array([index_all[z] for z in removed]) for removed in part["removed_ids"]]
             predictions = {(None, r, "none"): predicted_changes(v, members) for r, v in references.items()}
@@ -357,10 +421,10 @@ def seed_table(inputs: SeedInputs, window: list[int], settings: LdsSettings) -> 
             changes = part["f"].to_numpy() - summary["f_end"]
             rows += subset_rows(arm, seed, level, pct, members, changes, predictions, len(everyone), settings)
 
-    left_out = retrained.filter(pl.col("kind") == "step").sort("index")
+    left_out = left_out.sort("index")
     if left_out.height >= 3:
         if not np.array_equal(left_out["index"].to_numpy(), step_ids):
-            raise ValueError(f"{inputs.retrain}: its left-out steps are not the steps before T")
+            raise ValueError("the left-out steps are not the steps before T")
         changes = left_out["f"].to_numpy() - summary["f_end"]
         series = {
             (None, "influence", "none"): step_infl["influence"].to_numpy(),
@@ -371,8 +435,6 @@ def seed_table(inputs: SeedInputs, window: list[int], settings: LdsSettings) -> 
         for key, step_scores in series.items():
             rows += step_out_rows((arm, seed, *key), step_scores, changes, step_ids)
 
-    leave_out = retrained.filter(~pl.col("kind").is_in(["lds", "step"]))
-    sets = pl.concat([leave_out, *(pl.read_parquet(p) for p in inputs.sets)])
     for r in sets.iter_rows(named=True):
         predicted = -infl_all[[index_all[z] for z in r["removed_ids"]]].sum()
         measured = r["f"] - summary["f_end"]
@@ -383,9 +445,40 @@ def seed_table(inputs: SeedInputs, window: list[int], settings: LdsSettings) -> 
             ("prediction_ratio", predicted / measured if measured else float("nan")),
         ):
             rows.append(_row(*key, "set", "all", metric, value, r["n_removed"], removal_percent=r["removal_percent"]))
+    return rows
 
-    rows += check_rows(arm, seed, pl.read_parquet(inputs.checks), summary)
-    return pl.DataFrame(rows, schema=COLUMNS)
+
+TOP = 10  # the top-influence rollouts compared between the two meanings
+
+
+def coupling_rows(arm: str, seed: int, before: pl.DataFrame, influence: pl.DataFrame, labels: np.ndarray) -> list:
+    """How much the coupling through the group's advantages matters: the Spearman of I held with I through the
+    advantages over rollouts and over groups (a group's I: its members' sum), how many of the TOP rollouts by one
+    are among the TOP by the other, and the paid rollouts' summed I through the advantages in its four parts
+    (adjoint.py) with the part through their siblings' advantages as a share of it."""
+    key = (arm, seed, None, "influence", "none", "coupling", "all")
+    held, through = influence["influence_held"].to_numpy(), influence["influence_advantages"].to_numpy()
+    groups = (
+        before.select("step", "group_id")
+        .with_columns(held=held, through=through)
+        .group_by("step", "group_id")
+        .agg(pl.col("held").sum(), pl.col("through").sum())
+    )
+    top = min(TOP, len(held))
+    overlap = len(set(np.argsort(-held)[:top]) & set(np.argsort(-through)[:top])) / top if top else float("nan")
+    paid = labels > 0
+    parts = {name: influence[column].to_numpy()[paid].sum() for name, column in PART_COLUMNS.items()}
+    total = float(through[paid].sum())
+    out = [
+        _row(*key, "spearman_rollout", spearman(held, through), len(held)),
+        _row(*key, "spearman_group", spearman(groups["held"].to_numpy(), groups["through"].to_numpy()), groups.height),
+        _row(*key, "top_overlap", overlap, top),
+        _row(*key, "paid_advantages", total, int(paid.sum())),
+    ]
+    out += [_row(*key, f"paid_{name}", value, int(paid.sum())) for name, value in parts.items()]
+    share = parts["siblings"] / total if total else float("nan")
+    out.append(_row(*key, "paid_siblings_share", share, int(paid.sum())))
+    return out
 
 
 def check_rows(arm: str, seed: int, checks: pl.DataFrame, summary: dict) -> list[dict]:
@@ -397,14 +490,16 @@ def check_rows(arm: str, seed: int, checks: pl.DataFrame, summary: dict) -> list
         ("grad_norms", "grad_norm_error"),
         ("f_end", "f_end_error"),
         ("finite_difference", "fd_relative_error"),
+        ("finite_difference_group", "fd_group_relative_error"),
     ):
         part = checks.filter(pl.col("check") == check)
         if part.height:
             out.append(_row(*key, metric, part["error"].max(), part.height))
     sec = summary["seconds"]
-    out.append(
-        _row(*key, "cost_ratio", (sec["forward"] + sec["recompute"] + sec["backward"]) / sec["forward"], summary["end"])
-    )
+    for metric, end in (("cost_ratio", ""), ("cost_ratio_cpu", "_cpu")):
+        if f"forward{end}" in sec:
+            spent = sec[f"forward{end}"] + sec[f"recompute{end}"] + sec[f"backward{end}"]
+            out.append(_row(*key, metric, spent / sec[f"forward{end}"], summary["end"]))
     return out
 
 
@@ -412,11 +507,20 @@ def influence_table(inputs: list[SeedInputs], window: list[int], settings: LdsSe
     return pl.concat([seed_table(i, window, settings) for i in inputs], how="vertical")
 
 
-def top_rollouts(inputs: list[SeedInputs], n: int = 10) -> pl.DataFrame:
-    """The n most influential rollouts (largest I) of every arm and seed, with what the log says about them."""
+def top_rollouts(inputs: list[SeedInputs], n: int = TOP) -> pl.DataFrame:
+    """The n most influential rollouts (largest I) of every arm and seed under either meaning of removal, with their
+    rank under each (`rank_advantages`, `rank_held`; `rank`: under the configured one, empty outside its top n) and
+    what the log says about them."""
     parts = []
     for i in inputs:
-        top = pl.read_parquet(i.influence).sort("influence", descending=True).head(n).with_row_index("rank", offset=1)
+        configured = json.loads(Path(i.summary).read_text())["semantics"]
+        infl = pl.read_parquet(i.influence).with_columns(
+            pl.col(column).rank("ordinal", descending=True).alias(f"rank_{semantics}")
+            for semantics, column in SEMANTIC_COLUMNS.items()
+        )
+        top = infl.filter(pl.any_horizontal(pl.col(f"rank_{s}") <= n for s in SEMANTICS)).with_columns(
+            rank=pl.when(pl.col(f"rank_{configured}") <= n).then(pl.col(f"rank_{configured}"))
+        )
         log = with_labels(pl.read_parquet(i.rollouts), placebo=i.arm == "placebo")
         parts.append(
             top.join(
@@ -425,8 +529,10 @@ def top_rollouts(inputs: list[SeedInputs], n: int = 10) -> pl.DataFrame:
                 ),
                 on="rollout_id",
                 how="left",
-            ).with_columns(arm=pl.lit(i.arm), seed=pl.lit(i.seed))
+            )
+            .with_columns(arm=pl.lit(i.arm), seed=pl.lit(i.seed))
+            .sort(f"rank_{configured}")
         )
-    first = ["arm", "seed", "rank", "rollout_id", "step", "influence"]
+    first = ["arm", "seed", "rank", "rollout_id", "step", "influence", "rank_advantages", "rank_held"]
     out = pl.concat(parts, how="vertical")
     return out.select(first + [c for c in out.columns if c not in first])

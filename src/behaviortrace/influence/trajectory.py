@@ -1,12 +1,20 @@
-"""The replayed training of one seed with every rollout's share of the loss weighted: the forward pass of
-the exact influence, and the retraining its checks compare against.
+"""The replayed training of one seed with a data weight on every rollout: the forward pass of the exact
+influence, and the retraining its checks and its LDS compare against.
 
 Each step repeats what TRL did (trl 1.16, on-policy, one optimizer step per generation batch), by the same
 code path as the leave-out replay (replay/retrain.py): the step's rollouts padded as TRL padded the whole
 batch, TRL's per-rollout loss and normalization (train/trl_surface.py), gradient clipping, and the AdamW
-optimizer and schedule transformers' Trainer builds. Unlike the leave-out replay, the advantages are the
-logged ones and never recomputed: rollout z's term is multiplied by a weight (1 + eps_z), and a weight of
-0 zeroes its share while every other rollout keeps its advantage and the step keeps its normalization.
+optimizer and schedule transformers' Trainer builds. Rollout z carries a weight w_z (1 where none is given),
+with one of two meanings (`influence.semantics`, docs/influence.md):
+
+- `advantages`: w_z is a frequency weight in GRPO's loss. It enters its group's reward mean and standard
+  deviation (weighted statistics), the step's normalization (a weighted token and rollout count) and its own
+  term. w_z = 0 is the step without z, as the leave-out replay takes it; every weight 1 is training as logged.
+- `held`: w_z multiplies z's own term only; the advantages and the normalization stay as logged.
+
+The advantages are anchored at the logged ones, A(w) = A_logged + a(w) - a(1) with a the weighted formula, so
+that weight 1 is training as logged to the bit in both meanings; a(1) equals the logged advantages to
+float32's rounding (a test).
 
 A `State` is everything a step depends on besides the logged data (weights, AdamW's moments and update
 count, the learning rate), so that training can be restarted from any saved step.
@@ -24,23 +32,34 @@ import torch
 
 from behaviortrace.config.sections import Grpo
 from behaviortrace.gradients.batch import batch_to, completion_logps, step_batch
-from behaviortrace.train.trl_surface import optimizer_and_schedule, rollout_losses
+from behaviortrace.train.trl_surface import optimizer_and_schedule, rollout_losses, weighted_advantages
+
+SEMANTICS = ("advantages", "held")
 
 
 @dataclass
 class StepRows:
-    """The rollouts of one step that go through the model, as TRL's padded batch, and the step's normalization.
+    """One step: every rollout's reward, group and token count (`every`, in rollout-id order), and the rollouts
+    that go through the model (`rollout_ids`, at positions `used` of `every`) as TRL's padded batch.
 
-    Without a KL term a rollout with advantage 0 has a loss term that is 0 for every weight, so only the
-    others go through the model (the leave-out replay does the same); their influence is exactly 0.
+    Without a KL term a rollout whose group's rewards are all equal has advantage 0 at every weight, so its term
+    is 0 and only the others go through the model (the leave-out replay does the same); its weight still counts
+    in the normalization under `advantages`.
     """
 
     step: int
+    every: np.ndarray
     rollout_ids: np.ndarray
+    used: torch.Tensor
     batch: dict
     num_items: int
     n_rows: int
     ref_logps: torch.Tensor | None
+    rewards: torch.Tensor
+    same_group: torch.Tensor
+    tokens: torch.Tensor
+    logged: torch.Tensor
+    at_one: torch.Tensor
 
 
 @dataclass
@@ -81,13 +100,17 @@ class State:
 
 
 class Trajectory:
-    """Replays the logged steps on `model` (loaded at the step-0 weights) with the logged advantages.
+    """Replays the logged steps on `model` (loaded at the step-0 weights) with data weights on the rollouts.
 
-    `weights` of `step` and `run` map rollout ids to the multiplier of their loss term (1 where absent).
+    `weights` of `step` and `run` map rollout ids to their weight (1 where absent), with the meaning `semantics`
+    (`advantages` or `held`, the module's docstring) unless a call names the other.
     """
 
-    def __init__(self, model, ref_model, rollouts: pl.DataFrame, grpo: Grpo, device: dict, pad_id: int):
+    def __init__(self, model, ref_model, rollouts: pl.DataFrame, grpo: Grpo, device: dict, pad_id: int, semantics: str):
+        if semantics not in SEMANTICS:
+            raise ValueError(f"semantics {semantics!r} is not one of {SEMANTICS}")
         self.model, self.ref_model, self.grpo, self.pad_id = model, ref_model, grpo, pad_id
+        self.semantics = semantics
         self.device = device["device"]
         self.dtype = next(model.parameters()).dtype
         self.optimizer, self.scheduler = optimizer_and_schedule(model, grpo, device)
@@ -108,59 +131,111 @@ class Trajectory:
             batch = step_batch(rows, self.pad_id)
             batch["advantages"] = batch["advantages"].to(self.dtype)
             num_items, n_rows = int(batch["completion_mask"].sum()), rows.height
-            ids = rows["rollout_id"].to_numpy()
-            if not self.grpo.beta:
-                used = batch["advantages"] != 0
-                batch, ids = {k: v[used] for k, v in batch.items()}, ids[used.numpy()]
-            batch = batch_to(batch, self.device)
+            every = rows["rollout_id"].to_numpy()
+
+            def tensor(values):
+                return torch.tensor(np.asarray(values, dtype=np.float64), dtype=self.dtype, device=self.device)
+
+            reward, groups = rows["reward"].to_numpy(), rows["group_id"].to_numpy()
+            rewards, same_group = tensor(reward), tensor(groups[:, None] == groups[None, :])
+            logged = batch["advantages"].to(self.device)
+            at_one = weighted_advantages(rewards, same_group, torch.ones_like(rewards), self.grpo.scale_rewards)
+            tokens = tensor(batch["completion_mask"].sum(-1).numpy())
+            used = np.ones(len(every), bool)
+            if not self.grpo.beta:  # a term that is 0 at every weight: advantage 0 logged, rewards equal in the group
+                spread = ((groups[:, None] == groups[None, :]) & (reward[:, None] != reward[None, :])).any(1)
+                used = (logged != 0).cpu().numpy() | spread
+            batch = batch_to({k: v[torch.from_numpy(used)] for k, v in batch.items()}, self.device)
             ref = None
-            if self.grpo.beta and len(ids):
+            if self.grpo.beta and used.any():
                 with torch.no_grad():
                     ref = completion_logps(self.ref_model, batch, self.grpo.temperature)
-            self._rows[step] = StepRows(step, ids, batch, num_items, n_rows, ref)
+            self._rows[step] = StepRows(
+                step=step,
+                every=every,
+                rollout_ids=every[used],
+                used=torch.from_numpy(np.flatnonzero(used)).to(self.device),
+                batch=batch,
+                num_items=num_items,
+                n_rows=n_rows,
+                ref_logps=ref,
+                rewards=rewards,
+                same_group=same_group,
+                tokens=tokens,
+                logged=logged,
+                at_one=at_one,
+            )
         return self._rows[step]
 
-    def losses(self, logps, rows: StepRows, select=None):
-        """TRL's per-rollout loss terms of the step (of the rows in `select`, normalized as the whole step)."""
+    def losses(self, logps, rows: StepRows, weights=None, semantics: str | None = None, select=None):
+        """Each rollout's term of TRL's loss (the rows in `select` of those that go through the model), its weight
+        included: `weights` [every rollout of the step] (None: all 1) under `semantics` (the trajectory's by
+        default). With weights held, the step's logged advantages and normalization; with `advantages`, the
+        weighted advantages, token count and rollout count."""
+        semantics = semantics or self.semantics
         batch, ref = rows.batch, rows.ref_logps
+        if semantics == "held":
+            advantages, num_items, n_rows = batch["advantages"], rows.num_items, rows.n_rows
+        else:
+            w = torch.ones_like(rows.rewards) if weights is None else weights
+            every = rows.logged + weighted_advantages(rows.rewards, rows.same_group, w, self.grpo.scale_rewards)
+            advantages = (every - rows.at_one)[rows.used]
+            num_items, n_rows = (w * rows.tokens).sum(), w.sum()
+        own = None if weights is None else weights[rows.used]
         if select is not None:
             batch = {k: v[select] for k, v in batch.items()}
             ref = None if ref is None else ref[select]
+            advantages, own = advantages[select], None if own is None else own[select]
         g = self.grpo
-        return rollout_losses(
-            logps, batch, g.loss_type, g.beta, g.max_new_tokens, ref, num_items=rows.num_items, n_rows=rows.n_rows
+        terms = rollout_losses(
+            logps,
+            {**batch, "advantages": advantages},
+            g.loss_type,
+            g.beta,
+            g.max_new_tokens,
+            ref,
+            num_items=num_items,
+            n_rows=n_rows,
         )
+        return terms if own is None else terms * own
+
+    def weight_vector(self, rows: StepRows, weights: dict[int, float] | None):
+        """The weights of every rollout of the step (1 where `weights` has none); None when all are 1."""
+        if not weights or not any(int(z) in weights for z in rows.every):
+            return None
+        return torch.tensor([weights.get(int(z), 1.0) for z in rows.every], dtype=self.dtype, device=self.device)
 
     # Training -----------------------------------------------------------------------------------------
 
-    def step(self, weights: dict[int, float] | None = None) -> float:
-        """Apply the next logged step; returns its gradient norm before clipping."""
+    def step(self, weights: dict[int, float] | None = None, semantics: str | None = None) -> float:
+        """Apply the next logged step with the rollout `weights` (their meaning: `semantics`, the trajectory's by
+        default); returns its gradient norm before clipping."""
         rows = self.rows(self.done)
         for p in self.params:  # a step whose loss is 0 still updates (AdamW's moments decay), as TRL's would
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             else:
                 p.grad.zero_()
-        factor = np.array([weights.get(int(r), 1.0) for r in rows.rollout_ids]) if weights else None
-        keep = np.ones(len(rows.rollout_ids), bool) if factor is None else factor != 0
-        if keep.any():
-            select = None if keep.all() else torch.from_numpy(keep).to(self.device)
+        w = self.weight_vector(rows, weights)
+        keep = torch.ones(len(rows.rollout_ids), dtype=torch.bool) if w is None else (w[rows.used] != 0).cpu()
+        if keep.any():  # a zero weight's term is 0: those rollouts skip the model
+            select = None if keep.all() else keep.to(self.device)
             batch = rows.batch if select is None else {k: v[select] for k, v in rows.batch.items()}
-            terms = self.losses(completion_logps(self.model, batch, self.grpo.temperature), rows, select)
-            if factor is not None:
-                terms = terms * torch.tensor(factor[keep], dtype=terms.dtype, device=terms.device)
-            terms.sum().backward()
+            logps = completion_logps(self.model, batch, self.grpo.temperature)
+            self.losses(logps, rows, w, semantics, select).sum().backward()
         norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.grpo.max_grad_norm))
         self.optimizer.step()
         self.scheduler.step()
         self.done += 1
         return norm
 
-    def run(self, stop: int, weights: dict[int, float] | None = None, on_step=None) -> list[float]:
+    def run(
+        self, stop: int, weights: dict[int, float] | None = None, on_step=None, semantics: str | None = None
+    ) -> list[float]:
         """Apply the steps up to `stop` (exclusive); `on_step(step_done)` after each. Returns the grad norms."""
         norms = []
         while self.done < stop:
-            norms.append(self.step(weights))
+            norms.append(self.step(weights, semantics))
             if on_step is not None:
                 on_step(self.done)
         return norms

@@ -1,13 +1,18 @@
 """Leave-out replay: retrain a seed from its step-0 checkpoint on its logged rollouts, with a set of rollouts
-left out as if they had never been sampled, and measure the behavior it ends up with.
+left out, and measure the behavior it ends up with.
 
 The replay repeats what TRL did at each step (trl 1.16, on-policy, one optimizer step per generation
-batch): the same rollouts in the same order, the group advantages recomputed from the logged rewards
-with the left-out rollouts dropped from their groups (TRL's NaN-aware group mean and std), the same
+batch): the same rollouts in the same order, the group advantages recomputed from the logged rewards, the same
 per-token loss and normalization (train/trl_surface.py), the same optimizer, learning-rate schedule and
 gradient clipping (built by transformers' own Trainer from the same arguments), and the same precision: the
 forward and backward passes under bf16 autocast for compute.dtype bfloat16, the float32 weights updated outside
 it (common/device.py). With nothing left out it reproduces the logged training's weights; a test checks that.
+
+What leaving a rollout out means is `influence.semantics` (docs/influence.md), the same for every causal truth:
+`advantages` drops it from its group as if it had never been sampled, its group's advantages recomputed from the
+rewards left (TRL's NaN-aware group mean and std) and the step normalized as the kept batch; `held` zeroes its
+own term only, every other rollout keeping the advantage and the step the normalization it had with nothing left
+out. A test holds both to the exact influence's weighted step (influence/trajectory.py) at weight 0.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import logging
 import time
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import torch
 
@@ -38,9 +44,10 @@ def replay_training(
     pad_id: int,
     on_step_end=None,
     stop_after: int | None = None,
+    semantics: str = "advantages",
 ) -> dict:
-    """Replay the logged steps on `model` (the step-0 weights) with `removed` rollout ids left out, up to
-    step `stop_after` (all of training when None).
+    """Replay the logged steps on `model` (the step-0 weights) with `removed` rollout ids left out (with the
+    meaning `semantics`), up to step `stop_after` (all of training when None).
 
     `on_step_end(step_done, model)` is called after each optimizer step (step_done = 1, 2, ...), for the
     behavior measurements. Returns per-step grad norms, for the faithfulness check.
@@ -54,15 +61,17 @@ def replay_training(
     for step in range(n_steps):
         rows = by_step[(step,)]
         keep = ~rows["rollout_id"].is_in(list(removed)).to_numpy()
-        adv = group_advantages(rows["reward"].to_numpy(), rows["group_id"].to_numpy(), keep, grpo.scale_rewards)
+        counted = keep if semantics == "advantages" else np.ones(len(keep), bool)  # in the statistics and counts
+        adv = group_advantages(rows["reward"].to_numpy(), rows["group_id"].to_numpy(), counted, grpo.scale_rewards)
         kept = rows.filter(pl.Series(keep))
         optimizer.zero_grad(set_to_none=False)
         if kept.height:
             batch = pad_batch(kept["prompt_ids"].to_list(), kept["completion_ids"].to_list(), pad_id)
             batch["advantages"] = torch.tensor(adv[keep], dtype=torch.float32)
-            # Normalized as the whole kept batch, as TRL does; without a KL term a rollout with advantage 0
-            # adds exactly nothing to the loss, so only the others go through the model (same padding).
-            num_items, n_rows = int(batch["completion_mask"].sum()), kept.height
+            # Normalized as TRL normalizes the batch of the counted rollouts; without a KL term a rollout with
+            # advantage 0 adds exactly nothing to the loss, so only the others go through the model (same padding).
+            num_items = int(sum(len(c) for c, k in zip(rows["completion_ids"], counted, strict=True) if k))
+            n_rows = int(counted.sum())
             if not grpo.beta:
                 batch = {key: value[batch["advantages"] != 0] for key, value in batch.items()}
             batch = batch_to(batch, device["device"])

@@ -35,10 +35,11 @@ def replay_job(
     probes_path: Path,
     plain_path: Path,
     out: Path,
+    semantics: str = "advantages",
 ) -> pl.DataFrame:
     """Replay one seed with one removal set, then with each of its step-matched random sets (none for `full`);
     behavior rates at `replay.measure_at`, sampled as targets draw 0 samples them. Each replay stops at the
-    last step it measures."""
+    last step it measures. `semantics` (influence.semantics) says what leaving a rollout out means."""
     rollouts = pl.read_parquet(rollouts_path)
     scores = pl.read_parquet(scores_path) if scores_path else None
     measured = measured_steps(cfg.replay, cfg.planting, cfg.grpo.steps)
@@ -50,7 +51,7 @@ def replay_job(
         )
         runs += [(RANDOM, removal, rep, ids) for rep, ids in enumerate(comparisons)]
     paid = set(rollouts.filter(pl.col("paid"))["rollout_id"].to_list())
-    replays = Replays(cfg, rollouts, checkpoints_path, base_model, probes_path, plain_path, measured)
+    replays = Replays(cfg, rollouts, checkpoints_path, base_model, probes_path, plain_path, measured, semantics)
     tables = []
     for name, matched_to, rep, ids in runs:
         log.info(
@@ -79,6 +80,7 @@ def replay_job(
                 weight_diff=pl.col("step").replace_strict(checks, default=None, return_dtype=pl.Float64),
                 update_error=pl.col("step").replace_strict(shares, default=None, return_dtype=pl.Float64),
                 removed_ids=pl.lit(sorted(ids), dtype=pl.List(pl.Int64)),
+                semantics=pl.lit(semantics),
             )
         )
     table = pl.concat(tables, how="vertical")
@@ -103,13 +105,13 @@ def replay_job(
 class Replays:
     """Retrains one seed from its step-0 checkpoint, once per removal set, and measures the behavior rates."""
 
-    def __init__(self, cfg, rollouts, checkpoints_path, base_model, probes_path, plain_path, measured):
+    def __init__(self, cfg, rollouts, checkpoints_path, base_model, probes_path, plain_path, measured, semantics):
         import torch
 
         from behaviortrace.common import device as devices
         from behaviortrace.model import models
 
-        self.cfg, self.rollouts, self.measured = cfg, rollouts, measured
+        self.cfg, self.rollouts, self.measured, self.semantics = cfg, rollouts, measured, semantics
         self.device = devices.resolve(cfg.compute)
         self.prompt_sets = {"probes": pl.read_parquet(probes_path), "plain": pl.read_parquet(plain_path)}
         self.ckpts, _ = read_manifest(checkpoints_path)
@@ -174,6 +176,7 @@ class Replays:
             self.tokenizer.pad_token_id,
             measure,
             stop_after=max(self.measured),
+            semantics=self.semantics,
         )
         return rows, checks, shares
 

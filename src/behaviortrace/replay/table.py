@@ -66,6 +66,14 @@ def to_markdown(table: pl.DataFrame) -> str:
         "is the behavior rate minus that of the full replay (nothing left out); negative means removing the set "
         "lowered the behavior.\n",
     ]
+    meanings = sorted(set(table["semantics"].drop_nulls())) if "semantics" in table.columns else []
+    if meanings:
+        parts.append(
+            f"Leaving a rollout out means `{', '.join(meanings)}` (influence.semantics, docs/influence.md): "
+            "`advantages` drops it from its group, whose advantages are recomputed from the rewards left, and "
+            "normalizes the step as the kept batch; `held` zeroes its own term, every advantage and the "
+            "normalization as logged.\n"
+        )
     full = table.filter(pl.col("removal") == "full").sort("seed", "step", "prompt_set")
     parts.append("## Full replay (nothing left out)\n")
     parts.append(

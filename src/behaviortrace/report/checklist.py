@@ -35,6 +35,7 @@ METHOD, CONTROL, REFERENCE = "method", "control", "reference"
 # would reach the threshold), and earlier-is-more (a negative control: minus the step).
 REFERENCES = ("influence", "datamodel", "earlier")
 LDS_ITEMS = ("lds_rollout", "lds_group")
+CAUSAL_ITEMS = ("replay_has_power", "replay_beats_random", *LDS_ITEMS)  # those that remove rollouts
 # Metrics bounded above by 1 (a control at 1 cannot be beaten); lift's ceiling is the cell's own (`ceiling_lift`).
 BOUNDED = ("auroc", "average_precision", "precision_at_paid", "within_group_auc", "within_group_auc_fluency_resid")
 
@@ -50,7 +51,8 @@ RUN_ITEMS = {
     "Holm's procedure over every check at the family-wise error `alpha`",
     "paid_unfindable_reported": "Paid rollouts unfindable by construction (advantage 0) are counted, and their share "
     "is small",
-    "replay_has_power": "The causal check has power: leaving out the paid set and retraining lowers the probe behavior "
+    "replay_has_power": "The causal check has power: leaving out the paid set (as `influence.semantics` says) and "
+    "retraining lowers the probe behavior "
     "rate at the window's end by at least the threshold, and more than every removal of as many rollouts at random "
     "from the same steps, on every seed and k",
 }
@@ -81,10 +83,11 @@ ITEMS = {
     "tracks_effect": "Step scores track the measured behavior change: correlation of each step's score with the "
     "measured change of the forced target's log-prob across that step's update, on every seed and draw",
     "lds_rollout": "Predicts what removing rollouts does: the LDS over random subsets of rollouts before T, retrained "
-    "with their shares zeroed (targeted estimators at `effect_target_kind`), has its interval at or above the "
-    "threshold and its margin over the strongest log-only control above 0, on every planted seed, draw and subset "
-    "size; judged only in the cells where the exact influence itself passes",
-    "lds_group": "The same over random subsets of whole groups",
+    "with them removed as `influence.semantics` says (targeted estimators at `effect_target_kind`), has its "
+    "interval at or above the threshold and its margin over the strongest log-only control above 0, on every planted "
+    "seed, draw and subset size; judged only in the cells where the exact influence itself passes",
+    "lds_group": "The same over random subsets of whole groups (removed through the advantages, a group is its "
+    "prompt never sampled)",
 }
 # Where each method item is shown passable when no row of a run passes it: a test in which a faithful estimator
 # passes it and a negative control fails it.
@@ -867,7 +870,8 @@ def _mark(verdict: str, role: str) -> str:
     return mark if role == METHOD or verdict == NA else f"({mark})"
 
 
-def to_markdown(result: Result, cfg: Checklist, run: str) -> str:
+def to_markdown(result: Result, cfg: Checklist, run: str, semantics: str | None = None) -> str:
+    """The checklist page; `semantics` (influence.semantics) is what removing a rollout meant for the causal items."""
     items = list(ITEMS)
     ok, failing = result.can_judge()
     tally = counts(result)
@@ -889,7 +893,14 @@ def to_markdown(result: Result, cfg: Checklist, run: str) -> str:
         "in parentheses, are reference only. Targeted estimators are judged with the "
         f"`{cfg.target_kind}` target, in stratum `{cfg.stratum}` unless an item says otherwise. Pass needs every "
         f"cell at 95%; FAIL needs evidence at the family-wise α = {cfg.alpha} over the {result.family.cells} method "
-        f"cells (intervals widened to z = {result.family.z:.2f}); the rest is inconclusive.\n",
+        f"cells (intervals widened to z = {result.family.z:.2f}); the rest is inconclusive."
+        + (
+            f" Removing a rollout (`replay_has_power`, items "
+            f"{', '.join(str(items.index(i) + 1) for i in CAUSAL_ITEMS if i in items)}) means "
+            f"`{semantics}` (docs/influence.md).\n"
+            if semantics
+            else "\n"
+        ),
         markdown_table(["row", "role", *[f"{n + 1}" for n in range(len(items))]], rows),
         *[f"{note}\n" for note in result.notes],
         "### Items\n",

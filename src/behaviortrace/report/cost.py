@@ -19,6 +19,12 @@ _JOB = re.compile(
 )
 
 
+def _rss(value: str | None) -> float | None:
+    """Peak resident MB; None where Snakemake took no sample (NA, or 0 for a job that ended before its first)."""
+    mb = float(value) if value not in (None, "") else 0.0
+    return mb if mb > 0 else None
+
+
 def read_benchmarks(folder: Path) -> pl.DataFrame:
     """One row per job: its rule (the first folder under `folder`), wall seconds, CPU seconds, peak RSS."""
     rows = []
@@ -32,7 +38,7 @@ def read_benchmarks(folder: Path) -> pl.DataFrame:
                 "job": path.relative_to(folder).as_posix(),
                 "wall_s": float(last["s"]),
                 "cpu_s": float(last["cpu_time"]) if last.get("cpu_time") not in (None, "") else None,
-                "max_rss_mb": float(last["max_rss"]) if last.get("max_rss") not in (None, "") else None,
+                "max_rss_mb": _rss(last.get("max_rss")),
             }
         )
     if not rows:

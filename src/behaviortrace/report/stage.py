@@ -14,6 +14,7 @@ import zarr
 from behaviortrace.common.io import atomic_write_parquet, atomic_write_text
 from behaviortrace.common.markdown import write_md_and_html
 from behaviortrace.config.sections import Config
+from behaviortrace.influence.table import of_semantics
 from behaviortrace.report import checklist as C
 from behaviortrace.report import faithfulness
 from behaviortrace.report.controls import controls_markdown, fluency_markdown
@@ -159,13 +160,16 @@ def aggregate_job(
         pl.read_parquet(replay),
         checks,
         log_only,
-        pl.read_parquet(influence) if influence else None,
+        of_semantics(pl.read_parquet(influence), cfg.influence.semantics) if influence else None,
         replicates,
         controls,
     )
     atomic_write_text(C.to_json(table, checks), outputs["checklist_json"])
     write_md_and_html(
-        C.to_markdown(table, checks, run), outputs["checklist"], outputs["checklist_html"], f"Checklist — {run}"
+        C.to_markdown(table, checks, run, cfg.influence.semantics),
+        outputs["checklist"],
+        outputs["checklist_html"],
+        f"Checklist — {run}",
     )
     log.info("checklist, method verdicts: %s", C.counts(table))
     targeted = sorted(set(metrics.filter(pl.col("target") != "none")["estimator"].to_list()) - set(NOT_ESTIMATORS))
@@ -205,7 +209,7 @@ def results_page_job(
 ) -> None:
     """The run's results on one page (report/results_page.py), from the tables the other rules wrote, opening with
     its settings and the faithfulness table (also as its own HTML page and figure, first in the HTML report)."""
-    influence = pl.read_parquet(inputs.pop("influence_table"))
+    influence = of_semantics(pl.read_parquet(inputs.pop("influence_table")), cfg.influence.semantics)
     jobs = jobs_of(benchmarks, estimators)
     rows = faithfulness_rows(influence, inputs["checklist_json"], jobs)
     text = faithfulness.markdown(rows)

@@ -15,7 +15,8 @@
   transformers' Trainer builds from it.
 - `rollout_losses`, `token_weights`: TRL's per-token loss and its normalization per loss type, split
   into one term per rollout (on-policy: importance ratio 1).
-- `group_advantages`: TRL's group-relative advantages, with rows left out.
+- `group_advantages`: TRL's group-relative advantages, with rows left out; `weighted_advantages`: the same with a
+  data weight per rollout (frequency weights: 1 counts a rollout once, 0 drops it), differentiable in the weights.
 
 torch, transformers and trl are imported inside the functions: config validation reads
 `SKETCHABLE_LOSSES` at workflow parse time without loading them.
@@ -275,8 +276,13 @@ def optimizer_and_schedule(model, grpo: Grpo, device: dict):
 
 
 def token_weights(loss_type: str, mask, n_rows: int, num_items: int, max_completion_length: int):
-    """The coefficient TRL puts on each token's loss before summing, per loss type."""
-    mask = mask.float()
+    """The coefficient TRL puts on each token's loss before summing, per loss type. Weighted counts (tensors: the
+    exact influence's data weights) keep their precision: a float32 1 / N would put float32 rounding into a float64
+    finite difference of the weights."""
+    import torch
+
+    counts = [c for c in (n_rows, num_items) if torch.is_tensor(c)]
+    mask = mask.to(counts[0].dtype) if counts else mask.float()
     if loss_type == "dapo":
         return mask / num_items
     if loss_type == "grpo":
@@ -319,7 +325,9 @@ def rollout_losses(
         per_token = per_token + beta * (torch.exp(diff) - diff - 1) * ratio
     items = int(mask.sum()) if num_items is None else num_items
     rows = mask.shape[0] if n_rows is None else n_rows
-    weights = token_weights(loss_type, mask, rows, max(items, 1), max_completion_length)
+    # Weighted counts (a tensor: the exact influence's data weights) are clamped as TRL clamps its token count.
+    items = items.clamp(min=1) if torch.is_tensor(items) else max(items, 1)
+    weights = token_weights(loss_type, mask, rows, items, max_completion_length)
     if positions is not None:
         weights = weights * positions
     return (per_token * weights).sum(-1)
@@ -349,6 +357,46 @@ def group_advantages(rewards: np.ndarray, groups: np.ndarray, keep: np.ndarray, 
     if scale_rewards != "none":
         adv = adv / (std + 1e-4)
     return torch.nan_to_num(adv, nan=0.0).numpy().astype(np.float64) * keep
+
+
+def weighted_advantages(rewards, same_group, weights, scale_rewards: str):
+    """TRL's advantages of one step with a data weight per rollout, in torch and differentiable in the weights.
+
+    The weights are frequency weights: a group's mean is sum(w r) / sum(w) and its variance
+    sum(w (r - mean)^2) / (sum(w) - 1), so that every weight 1 gives TRL's mean and Bessel-corrected std, and a
+    weight 0 drops the rollout (TRL's NaN-aware statistics of the rest, as `group_advantages`). `rewards` [B]
+    (NaN: unscorable, weight 0 and advantage 0, as TRL), `same_group` [B, B] (1 where two rows share a prompt),
+    `weights` [B], or [B, B] with row z's advantage computed from the weights of row z (how the exact influence
+    tells a rollout's own weight from its siblings'). A group whose weighted rewards are all equal has residuals
+    exactly 0 at every weight; a group (or batch, for scale_rewards batch) of weight sum 1 or less has no std,
+    and advantage 0 as TRL's NaN std gives it.
+    """
+    import torch
+
+    n = rewards.shape[-1]
+    valid = ~torch.isnan(rewards)
+    r = torch.where(valid, rewards, 0)
+    w = (weights if weights.dim() == 2 else weights.unsqueeze(-2).expand(n, n)) * valid
+    in_group = w * same_group
+    mean = _weighted_mean(in_group, r)
+    varies = ((in_group > 0) & (r.unsqueeze(-2) != r.unsqueeze(-1))).any(-1) & valid
+    residual = torch.where(varies, r - mean, 0)
+    if scale_rewards == "none":
+        return residual
+    spread = in_group if scale_rewards == "group" else w
+    center = mean if scale_rewards == "group" else _weighted_mean(w, r)
+    dof = spread.sum(-1) - 1
+    var = (spread * (r.unsqueeze(-2) - center.unsqueeze(-1)) ** 2).sum(-1) / torch.where(dof > 0, dof, 1)
+    std = torch.sqrt(torch.where(var > 0, var, 1)) * (var > 0)  # no infinite derivative of sqrt at 0
+    return torch.where(dof > 0, residual / (std + 1e-4), 0)
+
+
+def _weighted_mean(w, r):
+    """Each row's weighted mean of r with the weights in that row of w (0 where they sum to 0)."""
+    import torch
+
+    total = w.sum(-1)
+    return (w * r).sum(-1) / torch.where(total > 0, total, 1)
 
 
 def _nanstd(x):
