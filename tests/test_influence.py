@@ -414,6 +414,22 @@ def test_summed_influence_predicts_zeroing_a_few_shares(run, cpu, tmp_path):
 # Metrics of the influence table, against brute force --------------------------------------------------
 
 
+def test_the_margin_over_log_only_controls_skips_a_constant_control_in_any_order():
+    """A log-only control with constant scores (step_paid where every step before T paid) has no LDS (NaN): the
+    margin is over the strongest control that has one, whichever order the controls come in."""
+    from behaviortrace.influence.table import margin_rows
+
+    own = (0.8, np.array([0.7, 0.8, 0.9]))
+    constant = (float("nan"), np.full(3, np.nan))
+    control = (0.5, np.array([0.4, 0.5, 0.6]))
+    for controls in ([constant, control], [control, constant]):
+        rows = {
+            r["metric"]: r["value"] for r in margin_rows(("planted", 0, 0, "x", "none"), "rollout", 5, 3, own, controls)
+        }
+        assert rows["lds_over_log_only"] == pytest.approx(0.3)
+        assert rows["lds_over_log_only_low"] == pytest.approx(0.3)
+
+
 def test_precision_at_top_is_the_expectation_over_tie_breaks():
     rng = np.random.default_rng(1)
     scores = rng.integers(0, 3, size=7).astype(float)  # many ties

@@ -699,6 +699,26 @@ def test_figures_are_real_images(out):
         assert image.std() > 10  # not a blank canvas
     # The influence figure reads at page width (it was 36 panels, 3,423 px wide).
     assert Image.open(out / "figures" / "influence.png").width <= 1600
+    # The report's figures record their tick-label overlaps in the PNG (figures.py: label_collisions): none.
+    for path in sorted((out / "figures").glob("*.png")):
+        if path.stem != "influence":
+            assert Image.open(path).text["Label collisions"] == "none", path.name
+
+
+def test_label_collisions_finds_tick_labels_drawn_over_each_other():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from behaviortrace.report.figures import label_collisions
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.set_xticks([0, 1, 2], ["a long tick label", "another long one", "c"])
+    assert "a long tick label / another long one" in label_collisions(fig)
+    ax.set_xticks([0, 1, 2], ["a", "b", "c"])
+    assert label_collisions(fig) == []
+    plt.close(fig)
 
 
 def test_markdown_tables_become_html_tables():

@@ -159,7 +159,7 @@ rule results_page:
     conda:
         CONDA_ENV
     params:
-        config=config_for("run"),
+        config=config_for("run", "influence"),
         benchmarks=BENCHMARKS,
         estimators=sorted(config["estimators"]),  # the cost tables count these instances' jobs only
     script:

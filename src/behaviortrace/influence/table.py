@@ -259,7 +259,7 @@ def margin_rows(key: tuple, level: str, pct: int, n: int, own: tuple, controls: 
     (the strongest taken in each), with its interval. `own` and each control: (point, bootstrap values)."""
     if not controls:
         return []
-    point = own[0] - max(c[0] for c in controls)
+    point = own[0] - np.nanmax([c[0] for c in controls])  # a constant control's LDS is NaN: not a bar
     samples = own[1] - np.nanmax(np.stack([c[1] for c in controls]), axis=0)
     return _with_interval(key, level, pct, n, "lds_over_log_only", point, samples)
 

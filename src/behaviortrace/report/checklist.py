@@ -693,7 +693,9 @@ def lds_item(
                 f"{r['lds_over_log_only_high']:+.2f}]"
             )
         strongest = log_rows.filter(
-            (pl.col("seed") == r["seed"]) & (pl.col("removal_percent") == r["removal_percent"])
+            (pl.col("seed") == r["seed"])
+            & (pl.col("removal_percent") == r["removal_percent"])
+            & ~pl.col("lds").is_nan()
         ).sort("lds", descending=True, nulls_last=True)
         bar = f"; strongest log-only {strongest['estimator'][0]} {strongest['lds'][0]:.2f}" if strongest.height else ""
         draw = "" if r["draw"] is None else f" draw {r['draw']}"

@@ -159,8 +159,9 @@ def _span(values: list[float]) -> str:
     )
 
 
-def truths_markdown(influence: pl.DataFrame) -> str:
-    """Which causal truth judges which level, with this run's numbers for why."""
+def truths_markdown(influence: pl.DataFrame, semantics: str) -> str:
+    """Which causal truth judges which level, with this run's numbers for why; `semantics` is what removing a
+    rollout means (influence.semantics), and `influence` holds the rows under it."""
     lds = _values(influence, estimator="influence", metric="lds")
     steps = _values(influence, estimator="influence", level="step_out", metric="spearman")
     predicted = _values(influence, estimator="oracle", level="set", metric="predicted_change")
@@ -170,16 +171,16 @@ def truths_markdown(influence: pl.DataFrame) -> str:
         [
             "| level | the truth that judges it | why |",
             "|---|---|---|",
-            "| rollouts, groups | the LDS: random subsets retrained with their shares zeroed | small removals, where "
-            f"the exact influence I predicts them (I's own LDS here: {_span(lds)}); I is the ceiling an attribution is "
-            "read against, not the truth itself |",
+            f"| rollouts, groups | the LDS: random subsets retrained without them (`{semantics}`) | small removals, "
+            f"where the exact influence I predicts them (I's own LDS here: {_span(lds)}); I is the ceiling an "
+            "attribution is read against, not the truth itself |",
             "| steps | leave-one-step-out, measured | a step's summed I is the derivative of scaling all its "
             "shares together: it describes small scalings, while removing the step (all of its update) can lie far "
             "outside that linear range (diagnostics/step_scaling.py measures the curve from a nudge to the removal); "
             f"I's step sums against leave-one-step-out reach {_span(steps)} here |",
             f"| sets (the paid set, an estimator's top set) | the leave-out retraining and replay, measured | a set's "
-            f"removal is far outside the linear range: I predicts the paid set's measured change times "
-            f"{_span(ratios)} here |",
+            f"removal is far outside the linear range: I's prediction for the paid set is {_span(ratios)} times its "
+            "measured change here |",
             "",
         ]
     )

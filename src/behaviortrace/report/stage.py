@@ -213,7 +213,7 @@ def results_page_job(
     jobs = jobs_of(benchmarks, estimators)
     rows = faithfulness_rows(influence, inputs["checklist_json"], jobs)
     text = faithfulness.markdown(rows)
-    truths = faithfulness.truths_markdown(influence)
+    truths = faithfulness.truths_markdown(influence, cfg.influence.semantics)
     faithfulness.figure(rows, outputs["faithfulness_figure"])
     write_md_and_html(text, outputs["faithfulness_md"], outputs["faithfulness_html"], f"Faithfulness — {cfg.run}")
     page = results_page(cfg.run, faithfulness_md=text, truths_md=truths, jobs=jobs, **inputs)
