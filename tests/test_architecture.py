@@ -3,7 +3,9 @@ by scripts only, estimators on the vector helpers alone, rule files holding rule
 paths from Snakemake."""
 
 import ast
+import json
 import re
+import subprocess
 import sys
 
 from conftest import ROOT
@@ -81,6 +83,32 @@ def test_rule_files_hold_rules_only_and_scripts_take_paths_from_snakemake():
     for script in (ROOT / "workflow" / "scripts").glob("*.py"):
         text = script.read_text()
         assert "results/" not in text and "snakemake.config" not in text, script
+
+
+# The rules whose jobs run the model; every other job reads tables, logs or sketches, and must not pay seconds of
+# imports (torch, transformers, TRL) for it, nor matplotlib unless it draws.
+MODEL_SCRIPTS = {"base_model", "behavior", "headroom", "preflight", "targets", "train_grpo"}
+HEAVY = ("torch", "transformers", "trl", "matplotlib")
+
+
+def _loaded_by(modules: list[str]) -> set[str]:
+    """The top-level packages a fresh interpreter holds after importing `modules`."""
+    imports = "".join(f"import {m}\n" for m in modules)
+    code = f"import json, sys\n{imports}print(json.dumps(list(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return {name.split(".")[0] for name in json.loads(out)}
+
+
+def test_jobs_that_read_tables_import_no_model_library():
+    modules = set()
+    for script in sorted((ROOT / "workflow" / "scripts").glob("*.py")):
+        if script.stem not in MODEL_SCRIPTS:
+            tree = ast.parse(script.read_text())
+            modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert {"behaviortrace.score.stage", "behaviortrace.report.stage", "behaviortrace.influence.stage"} <= modules
+    assert not _loaded_by(sorted(modules)) & set(HEAVY)
+    # The check can fail: a model rule's own stage module loads them.
+    assert {"torch", "transformers", "trl"} <= _loaded_by(["behaviortrace.train.stage"])
 
 
 def test_the_slurm_profile_sizes_every_rule():

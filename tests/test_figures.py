@@ -19,7 +19,7 @@ def _table(seeds=(0, 1, 2), draws=(0, 1)) -> pl.DataFrame:
 
     def row(arm, seed, draw, estimator, target, level="rollout", stratum="all", metric="spearman"):
         value = float("nan") if estimator == "random" and seed == 0 else float(rng.uniform(-1, 1))
-        rows.append((arm, seed, draw, estimator, target, level, stratum, None, metric, value, 100))
+        rows.append((arm, seed, draw, estimator, target, level, stratum, None, "advantages", metric, value, 100))
 
     for arm in ("planted", "placebo"):
         for seed in seeds:

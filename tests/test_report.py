@@ -638,8 +638,11 @@ def test_positive_controls_pass_the_lds_items_and_negative_controls_fail(finishe
         assert verdict.verdict == "pass", verdict.detail
     for name in ("random", "norm", "earlier", "fluency"):
         assert "pass" not in verdicts[name], [checklist["estimators"][name][i]["detail"] for i in items]
+    # Each item names its positive control: the exact influence where it passes, else the synthetic test.
     for item in items:
-        assert "influence" in checklist["positive_controls"][item].split(", ")
+        passed = checklist["estimators"]["influence"][item]["verdict"] == "pass"
+        named = "influence" if passed else f"tests/test_checklist_items.py::test_{item}"
+        assert named in checklist["positive_controls"][item].split(", ")
 
 
 # Items whose evidence has an interval: pass and fail only where it clears the threshold, else inconclusive.

@@ -12,6 +12,10 @@ import polars as pl
 
 from behaviortrace.common.seeds import cell_seed
 
+# The meanings of removing (or weighting) a rollout (influence.semantics): here, where the jobs that only plan or
+# read sets find them without importing torch.
+SEMANTICS = ("advantages", "held")
+
 
 def units(rollouts: pl.DataFrame, level: str) -> list[list[int]]:
     """The units an LDS subset is drawn from, as lists of rollout ids: each rollout alone (level rollout), or

@@ -24,8 +24,7 @@ import polars as pl
 
 from behaviortrace.common.io import atomic_write_parquet, atomic_write_text, scratch_dir
 from behaviortrace.config.sections import Config
-from behaviortrace.influence.sets import Zeroed, fd_steps, lds_subsets, step_sets, units, zeroed_table
-from behaviortrace.influence.trajectory import SEMANTICS
+from behaviortrace.influence.sets import SEMANTICS, Zeroed, fd_steps, lds_subsets, step_sets, units, zeroed_table
 from behaviortrace.train.checkpoints import read_manifest
 
 log = logging.getLogger(__name__)

@@ -69,9 +69,9 @@ from behaviortrace.evaluate import correlation
 from behaviortrace.evaluate.cells import with_labels
 from behaviortrace.influence.datamodel import cross_fitted, expected_lds, within_fold_lds, within_fold_samples
 from behaviortrace.influence.lds import Resamples, interval, predicted_changes
+from behaviortrace.influence.sets import SEMANTICS
 
 STRATA = ("all", "window", "after_window")
-SEMANTICS = ("advantages", "held")
 # The influence job's columns of I under each meaning of removal, and of the four parts of I through the advantages.
 SEMANTIC_COLUMNS = {"advantages": "influence_advantages", "held": "influence_held"}
 PART_COLUMNS = {

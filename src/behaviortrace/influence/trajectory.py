@@ -32,9 +32,8 @@ import torch
 
 from behaviortrace.config.sections import Grpo
 from behaviortrace.gradients.batch import batch_to, completion_logps, step_batch
+from behaviortrace.influence.sets import SEMANTICS
 from behaviortrace.train.trl_surface import optimizer_and_schedule, rollout_losses, weighted_advantages
-
-SEMANTICS = ("advantages", "held")
 
 
 @dataclass

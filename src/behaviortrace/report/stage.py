@@ -16,11 +16,8 @@ from behaviortrace.common.markdown import write_md_and_html
 from behaviortrace.config.sections import Config
 from behaviortrace.influence.table import of_semantics
 from behaviortrace.report import checklist as C
-from behaviortrace.report import faithfulness
 from behaviortrace.report.controls import controls_markdown, fluency_markdown
-from behaviortrace.report.figures import write_figures
 from behaviortrace.report.paper import paper_findings
-from behaviortrace.report.results_page import faithfulness_rows, jobs_of, results_page
 from behaviortrace.report.tables import (
     NOT_ESTIMATORS,
     collect_metrics,
@@ -192,6 +189,8 @@ def figures_job(
 ) -> None:
     """The run's PNG figures from the aggregated metrics, the behavior rates, the replay table and the
     per-step effect table."""
+    from behaviortrace.report.figures import write_figures  # matplotlib: only the jobs that draw import it
+
     write_figures(
         pl.read_parquet(metrics),
         [(arm, pl.read_parquet(path)) for arm, path in behavior],
@@ -209,6 +208,9 @@ def results_page_job(
 ) -> None:
     """The run's results on one page (report/results_page.py), from the tables the other rules wrote, opening with
     its settings and the faithfulness table (also as its own HTML page and figure, first in the HTML report)."""
+    from behaviortrace.report import faithfulness  # matplotlib: only the jobs that draw import it
+    from behaviortrace.report.results_page import faithfulness_rows, jobs_of, results_page
+
     influence = of_semantics(pl.read_parquet(inputs.pop("influence_table")), cfg.influence.semantics)
     jobs = jobs_of(benchmarks, estimators)
     rows = faithfulness_rows(influence, inputs["checklist_json"], jobs)

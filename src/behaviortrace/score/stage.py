@@ -10,7 +10,6 @@ from pathlib import Path
 from behaviortrace.common.io import atomic_write_parquet, scratch_dir
 from behaviortrace.config.sections import Config
 from behaviortrace.score import contract
-from behaviortrace.score.model_run import ModelRun, ModelTarget
 from behaviortrace.score.view import SeedView, Target
 
 log = logging.getLogger(__name__)
@@ -75,6 +74,10 @@ def score_model_job(
 
     A library's own files go to a scratch folder beside the outputs, removed when the job ends (and by the next
     attempt, where a killed one left it)."""
+    # Here, not at the top: the score and prepare jobs of this module read sketches and logs only, and importing
+    # torch and transformers cost each of them seconds.
+    from behaviortrace.score.model_run import ModelRun, ModelTarget
+
     with scratch_dir(out_rollouts.parent / f".scratch-{out_rollouts.stem}") as scratch:
         run = ModelRun(cfg, rollouts, checkpoints, base_model, scratch)
         tgt = ModelTarget.load(cfg, target, draw, target_store, probes, run) if target != "none" else None
