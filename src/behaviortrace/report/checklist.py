@@ -35,7 +35,7 @@ METHOD, CONTROL, REFERENCE = "method", "control", "reference"
 # would reach the threshold), and earlier-is-more (a negative control: minus the step).
 REFERENCES = ("influence", "datamodel", "earlier")
 LDS_ITEMS = ("lds_rollout", "lds_group")
-CAUSAL_ITEMS = ("replay_has_power", "replay_beats_random", *LDS_ITEMS)  # those that remove rollouts
+CAUSAL_ITEMS = ("replay_beats_random", *LDS_ITEMS)  # method items that remove rollouts (and replay_has_power)
 # Metrics bounded above by 1 (a control at 1 cannot be beaten); lift's ceiling is the cell's own (`ceiling_lift`).
 BOUNDED = ("auroc", "average_precision", "precision_at_paid", "within_group_auc", "within_group_auc_fluency_resid")
 
@@ -898,7 +898,7 @@ def to_markdown(result: Result, cfg: Checklist, run: str, semantics: str | None 
         f"cells (intervals widened to z = {result.family.z:.2f}); the rest is inconclusive."
         + (
             f" Removing a rollout (`replay_has_power`, items "
-            f"{', '.join(str(items.index(i) + 1) for i in CAUSAL_ITEMS if i in items)}) means "
+            f"{', '.join(str(items.index(i) + 1) for i in CAUSAL_ITEMS)}) means "
             f"`{semantics}` (docs/influence.md).\n"
             if semantics
             else "\n"
