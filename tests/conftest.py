@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -272,3 +273,12 @@ def second_study(finished_run, tmp_path_factory):
     res = snakemake(workdir)
     assert res.returncode == 0, res.stderr[-4000:]
     return workdir, cfg
+
+
+def model_scores(module: str, run, target, **settings) -> np.ndarray:
+    """An estimator that needs the model, run as the workflow runs it (score/contract.py): its per-seed preparation,
+    then its score of each rollout, in the run's rollout order."""
+    from behaviortrace.score import contract
+
+    rollouts, _ = contract.run(module, settings, run, target)
+    return rollouts["score"].to_numpy()

@@ -26,7 +26,7 @@ from behaviortrace.sketch.sketcher import StepSketcher, check_step_sum
 from behaviortrace.sketch.store import open_store, read_rows, read_steps
 from behaviortrace.sketch.tolerance import tolerance_for
 from behaviortrace.train.effect import ForcedTargetProbe
-from conftest import typed
+from conftest import model_scores, typed
 from grpo_helpers import run_training, train_and_sigkill
 from tolerance import UPDATE_TOLERANCE, within
 
@@ -208,7 +208,7 @@ def test_trackstar_scores_the_adapters_leaving_out_the_layers_no_rollout_moves(
     steps = np.array(sorted(run.checkpoints))
     target = ModelTarget("forced", 0, steps, {int(s): items for s in steps}, 1.0, 8, run.device)
     with caplog.at_level(logging.WARNING, logger=trackstar.log.name):
-        scores = trackstar.score(run, target, projection_dim=2)
+        scores = model_scores("trackstar", run, target, projection_dim=2)
     assert np.isfinite(scores).all()
     (left_out,) = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]  # checkpoint 0 only
     assert sorted(left_out.split("left out: ")[1].split(", ")) == sorted(m for m in adapters if ".lora_A." in m)

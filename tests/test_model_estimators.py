@@ -19,13 +19,13 @@ import polars as pl
 import pytest
 import torch
 
-from behaviortrace.estimators import dattri_trak, ekfac, trackstar
+from behaviortrace.estimators import dattri_trak
 from behaviortrace.gradients.batch import completion_logps, step_batch
 from behaviortrace.gradients.logprob import mean_logprob
 from behaviortrace.model import models
 from behaviortrace.score.model_run import ModelRun, ModelTarget, linear_modules
 from behaviortrace.train.trl_surface import rollout_losses
-from conftest import typed
+from conftest import model_scores, typed
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,7 @@ def test_kronfluence_identity_and_diagonal_are_the_dense_influence(model_inputs)
         "diagonal": -lr * (grads @ (query / (fisher + damping))).numpy(),
     }
     for strategy, dense in expected.items():
-        scores = ekfac.score(run, target, strategy=strategy, damping=damping)
+        scores = model_scores("ekfac", run, target, strategy=strategy, damping=damping)
         scale = np.abs(dense).max()
         assert scale > 0
         # kronfluence works in float32: allow its rounding of each product.
@@ -197,7 +197,7 @@ def test_ekfac_approximates_the_exact_layerwise_fisher_inverse(model_inputs):
         start += size
     assert start == grads.shape[1]
     exact *= -run.rollouts["lr"].to_numpy()[mask]
-    found = {s: ekfac.score(run, target, strategy=s, damping=damping)[mask] for s in ("ekfac", "identity")}
+    found = {s: model_scores("ekfac", run, target, strategy=s, damping=damping)[mask] for s in ("ekfac", "identity")}
     r = {s: np.corrcoef(v, exact)[0, 1] for s, v in found.items()}
     # Measured on this run: 0.55 against 0.47 (24 rollouts: each layer's Fisher has rank 24, which the Kronecker
     # factors approximate coarsely).
@@ -242,6 +242,66 @@ def test_dattri_trak_is_the_damped_kernel_on_the_rollouts_gradients(model_inputs
     np.testing.assert_allclose(-values, dense, rtol=0, atol=1e-4 * scale)
     plain = -(grads @ query).numpy()  # the damping matters: without it the scores differ beyond that tolerance
     assert np.abs(plain / np.abs(plain).max() - dense / scale).max() > 1e-2
+
+
+@pytest.mark.numerics
+def test_fitting_once_per_seed_gives_the_scores_of_fitting_in_every_score_job(model_inputs, tmp_path):
+    """Rule prepare_model fits ekfac's factors and trackstar's rollout side once per seed: every target kind then
+    scores against that one fit exactly (bit for bit) as it did when each score job fitted its own, and ekfac's
+    factors give what one kronfluence Analyzer gives when it fits and scores in one go."""
+    from behaviortrace.estimators import ekfac, trackstar
+
+    cfg, run, targets, _ = model_inputs
+    for module, settings in ((ekfac, {"strategy": "ekfac"}), (trackstar, {"projection_dim": 4})):
+        folder = tmp_path / module.__name__.rsplit(".", 1)[1]
+        folder.mkdir()
+        module.prepare(run, folder, **settings)
+        for kind, target in targets.items():
+            once = module.score(run, target, prepared=folder, **settings)
+            each = model_scores(module.__name__.rsplit(".", 1)[1], run, target, **settings)  # prepared for itself
+            assert np.any(once != 0), (module.__name__, kind)
+            np.testing.assert_array_equal(once, each, err_msg=f"{module.__name__} {kind}")
+    target = targets["forced"]
+    c, mask = run.checkpoint_rows()[0]
+    model, tokenizer = run.load(c)
+    lr = run.rollouts["lr"].to_numpy()[mask]
+    one_go = -lr * _ekfac_in_one_analyzer(
+        run, target, model, tokenizer.pad_token_id, run.rows(mask), target.step_for(c), tmp_path
+    )
+    np.testing.assert_array_equal(ekfac.score(run, target, prepared=tmp_path / "ekfac")[mask], one_go)
+
+
+def _ekfac_in_one_analyzer(run, target, model, pad_id, rows, at, folder) -> np.ndarray:
+    """What each ekfac score job computed before rule prepare_model: one kronfluence Analyzer fits the factors on
+    `rows` and scores them against the target in the same output folder."""
+    from kronfluence.analyzer import prepare_model
+    from kronfluence.arguments import FactorArguments, ScoreArguments
+    from kronfluence.utils.dataset import DataLoaderKwargs
+
+    from behaviortrace.estimators import ekfac
+
+    task = ekfac._task(run, target, model)
+    ekfac._register(model, task.get_influence_tracked_modules())
+    model = prepare_model(model, task)
+    analyzer = ekfac._analyzer(run, model, task, folder / "one_go")
+    analyzer.set_dataloader_kwargs(DataLoaderKwargs(collate_fn=ekfac._Collate(run, target, pad_id)))
+    analyzer.fit_all_factors(
+        "factors",
+        rows,
+        per_device_batch_size=64,
+        factor_args=FactorArguments(strategy="ekfac", use_empirical_fisher=True),
+    )
+    analyzer.compute_pairwise_scores(
+        "scores",
+        "factors",
+        query_dataset=target.items[at],
+        train_dataset=rows,
+        per_device_query_batch_size=target.chunk,
+        per_device_train_batch_size=64,
+        score_args=ScoreArguments(damping_factor=None, compute_per_module_scores=True),
+    )
+    per_module = analyzer.load_pairwise_scores("scores")
+    return ekfac._sum_modules({name: v.double().mean(0).numpy() for name, v in per_module.items()})
 
 
 def _whitened_features(blocks: torch.Tensor, query: torch.Tensor, name: str, p: int, damping: float, divisor):
@@ -320,7 +380,7 @@ def test_trackstar_is_the_cosine_of_whitened_projected_gradients(model_inputs):
         # At checkpoint 0 the policy is the reference, so the KL term has no gradient there and a rollout with
         # advantage 0 none at all: its cosine is 0 (bergson clamps the norm).
         assert (norms == 0).any() and (norms > 0).sum() > 10
-        scores = trackstar.score(run, target, projection_dim=p, normalizer=normalizer, damping=damping)
+        scores = model_scores("trackstar", run, target, projection_dim=p, normalizer=normalizer, damping=damping)
         scale = np.abs(dense).max()
         assert scale > 0
         # bergson works in float32: measured 3e-7 of the largest score here.
@@ -368,11 +428,13 @@ def test_the_peer_libraries_read_linear_subclasses_and_conv1d_layers_exactly(lay
     dense = -run.rollouts["lr"].to_numpy()[mask] * (grads @ query).numpy()
     scale = np.abs(dense).max()
     assert scale > 0 and mask.all()
-    np.testing.assert_allclose(ekfac.score(run, target, strategy="identity"), dense, rtol=1e-3, atol=1e-4 * scale)
+    np.testing.assert_allclose(
+        model_scores("ekfac", run, target, strategy="identity"), dense, rtol=1e-3, atol=1e-4 * scale
+    )
     for normalizer in ("adam", "none"):
         _, dense, norms = _trackstar_dense(run, target, 0, 4, 0.1, normalizer)
         assert (norms > 0).all()
-        scores = trackstar.score(run, target, projection_dim=4, normalizer=normalizer, damping=0.1)
+        scores = model_scores("trackstar", run, target, projection_dim=4, normalizer=normalizer, damping=0.1)
         np.testing.assert_allclose(scores, dense, rtol=0, atol=1e-5 * np.abs(dense).max())
 
 

@@ -161,7 +161,9 @@ def test_the_preflight_refuses_a_model_before_training_and_says_why_where_users_
     assert not (out / "preflight.json").exists()
 
 
-def test_the_preflight_runs_before_the_base_model_and_a_new_estimator_setting_reruns_only_it(tmp_path):
+def test_the_preflight_runs_before_the_base_model_and_reruns_only_with_it(tmp_path):
+    """The preflight tracks only what rebuilds the base model: a new setting of a model estimator reruns neither
+    (its score jobs rerun, test_a_new_model_estimator_instance_is_scored_in_one_invocation); a new model both."""
     cfg = small_config()
     cfg["run"] = "pre"
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -170,10 +172,14 @@ def test_the_preflight_runs_before_the_base_model_and_a_new_estimator_setting_re
     assert [rule for rule, _ in _jobs_run(res.stderr)] == ["preflight", "base_model"]
     report = json.loads((tmp_path / "results" / "pre" / "preflight.json").read_text())
     assert set(report["seconds"]) == {"capture", "ekfac", "trackstar", "dattri_trak", "influence"}
-    for changed, reruns in ((("ekfac", "damping", 0.01), {"preflight": 1}), (("trak", "lambda_scale", 0.2), {})):
+    changes = (
+        (("estimators", "ekfac", "damping", 0.01), {}),
+        (("estimators", "trak", "lambda_scale", 0.2), {}),
+        (("model", "sft", "steps", cfg["model"]["sft"]["steps"] + 1), {"preflight": 1, "base_model": 1}),
+    )
+    for (section, name, key, value), reruns in changes:
         edited = copy.deepcopy(cfg)
-        name, key, value = changed
-        edited["estimators"][name][key] = value
+        edited[section][name][key] = value
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(edited))
         res = snakemake(tmp_path, "results/pre/base_model", "-n", "--configfile", str(path))
@@ -221,6 +227,26 @@ def test_changing_one_estimator_reruns_only_its_scores_and_the_evaluation(finish
     outputs = [line for line in res.stdout.splitlines() if line.strip().startswith("output:")]
     written = [o for o in outputs if "/scores/" in o and "prepared.npz" not in o]
     assert len(written) == expected["score"] and all("/scores/trak/" in o for o in written)
+
+
+def test_a_new_model_estimator_instance_is_scored_in_one_invocation(finished_run):
+    """An instance of an estimator that needs the model, added to a finished run: the first invocation plans its
+    score_model jobs and everything after them (the preflight, behind the base model, stays as it was)."""
+    workdir, cfg = finished_run
+    changed = copy.deepcopy(cfg)
+    changed["estimators"]["trackstar8"] = {"module": "trackstar", "projection_dim": 8}
+    path = workdir / "model_estimator.yaml"
+    path.write_text(yaml.safe_dump(changed))
+    res = snakemake(workdir, "-n", "--configfile", str(path))
+    assert res.returncode == 0, res.stderr[-3000:]
+    counts = job_counts(res.stdout + res.stderr)
+    n_draws, n_targets = cfg["targets"]["draws"], len(cfg["evaluation"]["target_kinds"])
+    n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
+    assert counts.get("score_model") == n_runs * n_draws * n_targets, counts
+    assert counts.get("evaluate") == n_runs * n_draws and counts.get("aggregate") == 1, counts
+    assert not {"preflight", "base_model", "train_grpo", "score"} & set(counts), counts
+    outputs = [line for line in res.stdout.splitlines() if line.strip().startswith("output:") and "/scores/" in line]
+    assert len(outputs) == counts["score_model"] and all("/scores/trackstar8/" in o for o in outputs)
 
 
 def test_a_finished_run_is_sketched_again_from_its_checkpoints_without_retraining(finished_run):

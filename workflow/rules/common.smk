@@ -103,6 +103,9 @@ SCORES = f"{SEED_DIR}/scores/{{estimator}}/draw{{draw}}_{{target}}.parquet"
 STEP_SCORES = f"{SEED_DIR}/scores/{{estimator}}/draw{{draw}}_{{target}}_steps.parquet"
 # What an estimator with a `prepare` function computes once per seed for all its score jobs.
 PREPARED = f"{SEED_DIR}/scores/{{estimator}}/prepared.npz"
+# What an estimator that needs the model fits once per seed for all its score jobs (ekfac's factors, trackstar's
+# rollout gradients), a folder.
+PREPARED_MODEL = f"{SEED_DIR}/scores/{{estimator}}/prepared"
 METRICS = f"{SEED_DIR}/metrics/draw{{draw}}.parquet"
 METRICS_CACHE = f"{SEED_DIR}/metrics/cache/draw{{draw}}"
 TOKEN_COSINES = f"{SEED_DIR}/metrics/draw{{draw}}_token_cosines.parquet"
@@ -142,18 +145,6 @@ def model_estimator_config(wildcards):
     return {**sections, **estimator_config(wildcards)}
 
 
-def preflight_config(wildcards):
-    """The preflight's config: the model, how it trains and its influence is computed, and the entries of the
-    estimators that need the model (editing another estimator reruns nothing here)."""
-    sections = config_for("model", "compute", "grpo", "influence", "planting")(wildcards)
-    return {**sections, "estimators": {n: config["estimators"][n] for n, e in ESTIMATORS.items() if e.needs_model}}
-
-
-def preflight_code(wildcards):
-    """Digests of the estimators the preflight runs: editing one reruns the preflight."""
-    return {n: e.source_digest() for n, e in ESTIMATORS.items() if e.needs_model}
-
-
 def estimator_code(wildcards):
     """A digest of the code a score job runs: editing it reruns the jobs of this estimator's instances only."""
     return ESTIMATORS[wildcards.estimator].source_digest()
@@ -175,6 +166,11 @@ def score_target_input(wildcards):
 def prepared_input(wildcards):
     """The estimator's per-seed preparation, for estimators that have one (trak's factorization)."""
     return PREPARED.format(**wildcards) if ESTIMATORS[wildcards.estimator].prepares else []
+
+
+def prepared_model_input(wildcards):
+    """The per-seed preparation of an estimator that needs the model, for estimators that have one."""
+    return PREPARED_MODEL.format(**wildcards) if ESTIMATORS[wildcards.estimator].prepares else []
 
 
 def score_path(pattern, arm, seed, estimator, target, draw):

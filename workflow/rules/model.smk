@@ -1,6 +1,10 @@
 # Every job that needs the model (per-rollout capture, each estimator that needs the model, the exact influence),
 # tried on it with a handful of synthetic rollouts before the base model is built: a model one of them cannot run on
-# is refused here, before the SFT warm-up and training (model/stage.py).
+# is refused here, before the SFT warm-up and training (model/stage.py). It reruns exactly when the base model is
+# rebuilt (the same config sections), so the base model takes it as a plain input: an `ancient` input whose job
+# reruns makes Snakemake drop the new jobs behind it from that invocation's plan (snakemake/snakemake#4166). The
+# tries read the estimators, grpo, sketch and influence sections from the whole config without tracking them: an
+# estimator added to a trained run is not tried again, its own score jobs run it (docs/models.md).
 rule preflight:
     output:
         PREFLIGHT,
@@ -14,16 +18,14 @@ rule preflight:
     resources:
         gpu=GPU,
     params:
-        config=preflight_config,
-        code=preflight_code,
+        config=config_for("model", "task", "planting", "compute"),
     script:
         "../scripts/preflight.py"
 
 
 rule base_model:
     input:
-        # It waits for the preflight, but a rerun of the preflight (another estimator setting) does not rebuild it.
-        ancient(PREFLIGHT),
+        PREFLIGHT,
     output:
         directory(BASE_MODEL),
     log:

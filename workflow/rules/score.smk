@@ -51,6 +51,34 @@ rule score:
         "../scripts/score.py"
 
 
+# Temporary, like prepare: what an estimator that needs the model fits once per seed (ekfac's factors, trackstar's
+# rollout gradients), read by its score_model jobs of every draw and target kind.
+rule prepare_model:
+    input:
+        rollouts=ROLLOUTS,
+        checkpoints=CHECKPOINTS,
+        base_model=BASE_MODEL,
+    output:
+        temp(directory(PREPARED_MODEL)),
+    log:
+        f"{LOGS}/prepare_model/{{arm}}{{seed}}_{{estimator}}.log",
+    benchmark:
+        f"{BENCHMARKS}/prepare_model/{{arm}}{{seed}}_{{estimator}}.tsv"
+    wildcard_constraints:
+        estimator=MODEL_ESTIMATORS,
+    priority: feeds_replay
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        gpu=GPU,
+    params:
+        config=model_estimator_config,
+        code=estimator_code,
+    script:
+        "../scripts/prepare_model.py"
+
+
 # An estimator that needs the model (score/model_run.py): the checkpoints, the rollout log and the probe targets,
 # no sketches.
 rule score_model:
@@ -58,6 +86,7 @@ rule score_model:
         rollouts=ROLLOUTS,
         checkpoints=CHECKPOINTS,
         base_model=BASE_MODEL,
+        prepared=prepared_model_input,
         target=score_target_input,
         probes=PROBE_PROMPTS,
     output:

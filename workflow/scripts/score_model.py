@@ -15,6 +15,7 @@ score_model_job(
     rollouts=Path(sm.input.rollouts),
     checkpoints=Path(sm.input.checkpoints),
     base_model=Path(sm.input.base_model),
+    prepared=Path(sm.input.prepared) if sm.input.prepared else None,
     target_store=Path(sm.input.target) if sm.input.target else None,
     probes=Path(sm.input.probes),
     out_rollouts=Path(sm.output.rollouts),

@@ -57,14 +57,11 @@ def score(
     problems = check(proj_dim, proj_seed, regularization, batch_size, layers)
     if problems:
         raise ValueError("; ".join(problems))
-    checkpoint = run.rollouts["checkpoint_step"].to_numpy()
-    used = run.rollouts["advantage"].to_numpy() != 0 if not run.grpo.beta else np.ones(len(checkpoint), bool)
-    out = np.zeros(len(checkpoint))
-    for c in np.unique(checkpoint):
-        rows = (checkpoint == c) & used
-        at = target.step_for(int(c))
-        if not rows.any() or not target.items[at]:
-            continue  # no rollout to score, or no target there: 0
+    out = np.zeros(run.rollouts.height)
+    for c, rows in run.checkpoint_rows():
+        at = target.step_for(c)
+        if not target.items[at]:
+            continue  # no target there: 0
         if not regularization and rows.sum() < proj_dim:
             raise ValueError(
                 f"dattri_trak: checkpoint {c} generated {rows.sum()} rollouts with a gradient, fewer than proj_dim "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -27,6 +28,8 @@ NEEDS_MODEL = True
 STEP_AGGREGATE = "sum"
 REQUIRES = ("kronfluence",)
 STRATEGIES = ("ekfac", "kfac", "diagonal", "identity")
+# kronfluence's analysis and factors names: its files go to <folder>/ekfac/factors_factors.
+NAME, FACTORS = "ekfac", "factors"
 
 log = logging.getLogger(__name__)
 
@@ -41,62 +44,72 @@ def check(strategy: str = "ekfac", damping: float | None = None, batch_size: int
     return problems
 
 
-def score(run, target, strategy: str = "ekfac", damping: float | None = None, batch_size: int = 64):
-    """`damping` None is kronfluence's heuristic: 0.1 x the mean eigenvalue of each layer's factors."""
+def prepare(run, folder, strategy: str = "ekfac", damping: float | None = None, batch_size: int = 64) -> None:
+    """Fit the factors at each checkpoint on the rollouts it scores, into `folder` (one subfolder per checkpoint, in
+    kronfluence's own layout): they depend on the seed's checkpoints and rollouts only, so every draw and target
+    kind of the seed scores against the same fit."""
+    from kronfluence.analyzer import prepare_model
+    from kronfluence.arguments import FactorArguments
+    from kronfluence.utils.dataset import DataLoaderKwargs
+
     if check(strategy, damping, batch_size):
         raise ValueError("; ".join(check(strategy, damping, batch_size)))
-    checkpoint = run.rollouts["checkpoint_step"].to_numpy()
-    used = run.rollouts["advantage"].to_numpy() != 0 if not run.grpo.beta else np.ones(len(checkpoint), bool)
-    lr = run.rollouts["lr"].to_numpy()
-    out = np.zeros(len(checkpoint))
-    for c in np.unique(checkpoint):
-        rows = (checkpoint == c) & used
-        at = target.step_for(int(c))
-        if not rows.any() or not target.items[at]:
-            continue  # no rollout to score, or no target there (an in-context target no sample showed): 0
-        model, tokenizer = run.load(int(c))
-        values = influence(
-            run, target, model, tokenizer.pad_token_id, run.rows(rows), at, strategy, damping, batch_size
+    for c, rows in run.checkpoint_rows():
+        model, tokenizer = run.load(c)
+        task = _task(run, None, model)
+        _register(model, task.get_influence_tracked_modules())
+        model = prepare_model(model, task)
+        analyzer = _analyzer(run, model, task, Path(folder) / f"checkpoint-{c}")
+        analyzer.set_dataloader_kwargs(DataLoaderKwargs(collate_fn=_Collate(run, None, tokenizer.pad_token_id)))
+        analyzer.fit_all_factors(
+            FACTORS,
+            run.rows(rows),
+            per_device_batch_size=batch_size,
+            factor_args=FactorArguments(strategy=strategy, use_empirical_fisher=True),
+            overwrite_output_dir=True,
         )
+        log.info("ekfac: checkpoint %d, factors fitted on %d rollouts", c, rows.sum())
+
+
+def score(run, target, strategy: str = "ekfac", damping: float | None = None, batch_size: int = 64, prepared=None):
+    """`damping` None is kronfluence's heuristic: 0.1 x the mean eigenvalue of each layer's factors. `prepared`: the
+    folder `prepare` fitted the factors into."""
+    if check(strategy, damping, batch_size):
+        raise ValueError("; ".join(check(strategy, damping, batch_size)))
+    lr = run.rollouts["lr"].to_numpy()
+    out = np.zeros(run.rollouts.height)
+    for c, rows in run.checkpoint_rows():
+        at = target.step_for(c)
+        if not target.items[at]:
+            continue  # no target there (an in-context target no sample showed): 0
+        model, tokenizer = run.load(c)
+        factors = Path(prepared) / f"checkpoint-{c}"
+        values = influence(run, target, model, tokenizer.pad_token_id, run.rows(rows), at, factors, damping, batch_size)
         out[rows] = -lr[rows] * values
         log.info("ekfac: checkpoint %d, %d rollouts scored against the target at %d", c, rows.sum(), at)
     return out
 
 
-def influence(run, target, model, pad_id, rows, at, strategy, damping, batch_size) -> np.ndarray:
-    """[rows] g_f^T (F + damping)^-1 g_z at `model`'s weights, F fitted on `rows` themselves."""
-    from kronfluence.analyzer import Analyzer, prepare_model
-    from kronfluence.arguments import FactorArguments, ScoreArguments
+def influence(run, target, model, pad_id, rows, at, factors, damping, batch_size) -> np.ndarray:
+    """[rows] g_f^T (F + damping)^-1 g_z at `model`'s weights, F the factors fitted on `rows` (in `factors`)."""
+    from kronfluence.analyzer import prepare_model
+    from kronfluence.arguments import ScoreArguments
     from kronfluence.utils.dataset import DataLoaderKwargs
 
     task = _task(run, target, model)
     _register(model, task.get_influence_tracked_modules())
     model = prepare_model(model, task)
-    queries = target.items[at]
     with tempfile.TemporaryDirectory(dir=run.scratch) as folder:
-        level = logging.getLogger().level
-        analyzer = Analyzer(
-            "ekfac",
-            model,
-            task,
-            cpu=run.device["device"] == "cpu",
-            log_level=logging.WARNING,
-            disable_tqdm=True,
-            output_dir=folder,
-        )
-        logging.getLogger().setLevel(level)  # kronfluence sets the root logger's level to its own
+        # kronfluence reads the factors from its output folder: link the fitted ones in, and write the scores beside.
+        (Path(folder) / NAME).mkdir()
+        fitted = f"factors_{FACTORS}"
+        (Path(folder) / NAME / fitted).symlink_to((factors / NAME / fitted).resolve(), target_is_directory=True)
+        analyzer = _analyzer(run, model, task, Path(folder))
         analyzer.set_dataloader_kwargs(DataLoaderKwargs(collate_fn=_Collate(run, target, pad_id)))
-        analyzer.fit_all_factors(
-            "factors",
-            rows,
-            per_device_batch_size=batch_size,
-            factor_args=FactorArguments(strategy=strategy, use_empirical_fisher=True),
-            overwrite_output_dir=True,
-        )
         analyzer.compute_pairwise_scores(
             "scores",
-            "factors",
-            query_dataset=queries,
+            FACTORS,
+            query_dataset=target.items[at],
             train_dataset=rows,
             per_device_query_batch_size=target.chunk,
             per_device_train_batch_size=batch_size,
@@ -106,6 +119,24 @@ def influence(run, target, model, pad_id, rows, at, strategy, damping, batch_siz
         per_module = analyzer.load_pairwise_scores("scores")  # module -> [items, rows]
     # f is the mean over items of each item's marker log-prob: its influence is the mean of theirs.
     return _sum_modules({name: v.double().mean(0).numpy() for name, v in per_module.items()})
+
+
+def _analyzer(run, model, task, folder: Path):
+    """kronfluence's Analyzer writing into `folder`, quiet, on the run's device."""
+    from kronfluence.analyzer import Analyzer
+
+    level = logging.getLogger().level
+    analyzer = Analyzer(
+        NAME,
+        model,
+        task,
+        cpu=run.device["device"] == "cpu",
+        log_level=logging.WARNING,
+        disable_tqdm=True,
+        output_dir=str(folder),
+    )
+    logging.getLogger().setLevel(level)  # kronfluence sets the root logger's level to its own
+    return analyzer
 
 
 def _sum_modules(per_module: dict[str, np.ndarray]) -> np.ndarray:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -49,6 +50,60 @@ def check(
     return problems
 
 
+def prepare(
+    run,
+    folder,
+    projection_dim: int = 16,
+    projection_seed: int = 0,
+    normalizer: str = "adam",
+    damping: float = 0.1,
+    batch_size: int = 32,
+) -> None:
+    """At each checkpoint, the rollouts' normalized, projected gradients and the damped inverse root of their second
+    moment, into `folder` (one .pt file per checkpoint): they depend on the seed's checkpoints and rollouts only, so
+    every draw and target kind of the seed scores against them."""
+    import torch
+
+    problems = check(projection_dim, projection_seed, normalizer, damping, batch_size)
+    if problems:
+        raise ValueError("; ".join(problems))
+    _import_bergson()
+    from bergson.config import InversionConfig
+    from bergson.hessians.preconditioner import DensePreconditioner
+
+    run = run.without_autocast()  # see `score`
+    for c, rows in run.checkpoint_rows():
+        model, _ = run.load(c)
+        modules = run.linear_modules(model)
+        fitted = _processor(model, modules, run, c, normalizer, projection_dim, projection_seed)
+        train = _collect(
+            model,
+            modules,
+            fitted,
+            run.rows(rows),
+            batch_size,
+            lambda part, model=model: run.losses(model, run.batch(part)),
+            run.scratch,
+            fit_moments=True,
+        )
+        # A layer that no rollout's loss moves (LoRA's A while B is still zero) has R = 0, whose damped inverse root
+        # is 1/0; the target cannot move it either, so it adds exactly 0 to both sides: leave it out.
+        empty = [m for m in modules if not fitted.hessians[m].abs().sum() > 0]
+        for m in empty:
+            del fitted.hessians[m]
+        if empty:
+            log.warning(
+                "trackstar: %d layers without gradient at checkpoint %d left out: %s", len(empty), c, ", ".join(empty)
+            )
+        inverse_root = DensePreconditioner.from_processor(
+            fitted, inversion_cfg=InversionConfig(damping_factor=damping), power=-0.5
+        )
+        kept = [m for m in modules if m not in empty]
+        saved = {"modules": kept, "train": {m: train[m] for m in kept}, "inverse_root": inverse_root.h_inv}
+        torch.save(saved, Path(folder) / f"checkpoint-{c}.pt")
+        log.info("trackstar: checkpoint %d, %d rollouts' gradients and their second moment kept", c, rows.sum())
+
+
 def score(
     run,
     target,
@@ -57,102 +112,80 @@ def score(
     normalizer: str = "adam",
     damping: float = 0.1,
     batch_size: int = 32,
+    prepared=None,
 ):
     """`projection_dim` P: each layer's gradient becomes P x P numbers (bergson's per-module projection).
-    `damping`: bergson's damping factor, added as damping x the mean eigenvalue of each layer's R."""
+    `damping`: bergson's damping factor, added as damping x the mean eigenvalue of each layer's R. `prepared`: the
+    folder `prepare` wrote the rollouts' side into."""
+    import torch
+
     problems = check(projection_dim, projection_seed, normalizer, damping, batch_size)
     if problems:
         raise ValueError("; ".join(problems))
     # bergson's hooks multiply a bf16 activation by a float32 normalized gradient and fail: in a bf16 run, trackstar
     # takes its gradients in float32 (from the same float32 weights).
     run, target = run.without_autocast(), target.without_autocast()
-    checkpoint = run.rollouts["checkpoint_step"].to_numpy()
-    used = run.rollouts["advantage"].to_numpy() != 0 if not run.grpo.beta else np.ones(len(checkpoint), bool)
     lr = run.rollouts["lr"].to_numpy()
-    out = np.zeros(len(checkpoint))
-    for c in np.unique(checkpoint):
-        rows = (checkpoint == c) & used
-        at = target.step_for(int(c))
-        if not rows.any() or not target.items[at]:
-            continue  # no rollout to score, or no target there (an in-context target no sample showed): 0
-        model, tokenizer = run.load(int(c))
-        settings = {"projection_dim": projection_dim, "projection_seed": projection_seed, "damping": damping}
-        divisors = run.adam_denominator(int(c)) if normalizer == "adam" else None
-        values = cosines(
-            run, target, model, tokenizer.pad_token_id, run.rows(rows), at, divisors, batch_size, **settings
-        )
+    out = np.zeros(run.rollouts.height)
+    for c, rows in run.checkpoint_rows():
+        at = target.step_for(c)
+        if not target.items[at]:
+            continue  # no target there (an in-context target no sample showed): 0
+        model, tokenizer = run.load(c)
+        modules = run.linear_modules(model)
+        query = _processor(model, modules, run, c, normalizer, projection_dim, projection_seed)
+        side = torch.load(Path(prepared) / f"checkpoint-{c}.pt")
+        values = cosines(target, model, modules, tokenizer.pad_token_id, at, query, side, int(rows.sum()), run.scratch)
         out[rows] = -lr[rows] * values
         log.info("trackstar: checkpoint %d, %d rollouts scored against the target at %d", c, rows.sum(), at)
     return out
 
 
-def cosines(run, target, model, pad_id, rows, at, divisors, batch_size, projection_dim, projection_seed, damping):
-    """[rows] cos((R + damping)^-1/2 q, (R + damping)^-1/2 g_z) at `model`'s weights, R fitted on `rows`."""
-    import torch
-
+def _processor(model, modules, run, c, normalizer, projection_dim, projection_seed):
+    """A fresh bergson GradientProcessor with the run's AdamW normalizers at checkpoint `c` (it carries the second
+    moments it collects, so each side gets its own)."""
     _import_bergson()
-    from bergson import GradientProcessor, Scorer
-    from bergson.config import InversionConfig
+    from bergson import GradientProcessor
+
+    divisors = run.adam_denominator(c) if normalizer == "adam" else None
+    normalizers = _adam_normalizers(model, modules, divisors) if divisors is not None else {}
+    return GradientProcessor(normalizers=normalizers, projection_dim=projection_dim, projection_seed=projection_seed)
+
+
+def cosines(target, model, modules, pad_id, at, processor, side, n_rows, scratch):
+    """[rows] cos((R + damping)^-1/2 q, (R + damping)^-1/2 g_z) at `model`'s weights, with the rollouts' side
+    (their gradients g_z and the inverse root of R) as `prepare` kept it."""
+    import torch
+    from bergson import Scorer
     from bergson.hessians.preconditioner import DensePreconditioner
     from bergson.score.score_writer import InMemorySequenceScoreWriter
 
-    modules = run.linear_modules(model)
-    normalizers = _adam_normalizers(model, modules, divisors) if divisors is not None else {}
-
-    def processor():  # the query gets a fresh one: a processor carries the second moments it collected
-        return GradientProcessor(
-            normalizers=normalizers, projection_dim=projection_dim, projection_seed=projection_seed
-        )
-
-    fitted = processor()
-    train = _collect(
-        model,
-        modules,
-        fitted,
-        rows,
-        batch_size,
-        lambda part: run.losses(model, run.batch(part)),
-        run.scratch,
-        fit_moments=True,
-    )
     items = target.items[at]
     per_item = _collect(
         model,
         modules,
-        processor(),
+        processor,
         items,
         target.chunk,
         lambda part: target.values(model, target.batch(part, pad_id)),
-        run.scratch,
+        scratch,
         fit_moments=False,
     )
-    # A layer that no rollout's loss moves (LoRA's A while B is still zero) has R = 0, whose damped inverse root is
-    # 1/0; the target cannot move it either, so it adds exactly 0 to both sides: leave it out.
-    empty = [m for m in modules if not fitted.hessians[m].abs().sum() > 0]
-    for m in empty:
-        del fitted.hessians[m]
-    if empty:
-        log.warning(
-            "trackstar: %d layers without gradient at this checkpoint left out: %s", len(empty), ", ".join(empty)
-        )
-    modules = [m for m in modules if m not in empty]
-    inverse_root = DensePreconditioner.from_processor(
-        fitted, inversion_cfg=InversionConfig(damping_factor=damping), power=-0.5
-    )
+    inverse_root = DensePreconditioner(side["inverse_root"])
     query = inverse_root.apply({m: g.float().mean(0, keepdim=True) for m, g in per_item.items()})  # f: item mean
     norm = torch.sqrt(sum(q.pow(2).sum() for q in query.values()))
     query = {m: q / norm for m, q in query.items()}
-    writer = InMemorySequenceScoreWriter(len(rows), 1, torch.float32)
+    writer = InMemorySequenceScoreWriter(n_rows, 1, torch.float32)
     scorer = Scorer(
         query,
-        modules,
+        side["modules"],
         writer,
         torch.device("cpu"),
         torch.float32,
         unit_normalize=True,
         index_transform=inverse_root.apply,
     )
-    scorer(list(range(len(rows))), {m: g.float() for m, g in train.items()})
+    scorer(list(range(n_rows)), {m: g.float() for m, g in side["train"].items()})
     return writer.scores[:, 0].double().numpy()
 
 

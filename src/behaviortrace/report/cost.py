@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 # The rules of an estimator instance's jobs, whose benchmark files are named {arm}{seed}_{estimator}[_draw{d}_{target}].
-ESTIMATOR_RULES = ("prepare", "score", "score_model")
+ESTIMATOR_RULES = ("prepare", "prepare_model", "score", "score_model")
 _JOB = re.compile(
     r"^(?:planted|placebo)\d+_(?P<estimator>[a-z][a-z0-9_]*?)(?:_draw\d+_(?:in_context|forced|none))?\.tsv$"
 )

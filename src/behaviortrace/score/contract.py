@@ -59,7 +59,9 @@ class Estimator(Protocol):
     An estimator that needs the model (module attribute NEEDS_MODEL = True) gets a ModelRun
     (score/model_run.py: the rollout log in rollout-id order, the checkpoints, each rollout's loss) in place of
     `view`, and a ModelTarget (the target's items and its value as a function of the weights) in place of
-    `target`; it reads no sketches and has no `prepare`. Its score files are the same. Before anything trains, the
+    `target`; it reads no sketches, and its optional `prepare(run, folder, **params) -> None` writes what it fits once
+    per seed (kronfluence's factors, TrackStar's rollout gradients) into `folder`, which `score` gets as `prepared`
+    (rule prepare_model). Its score files are the same. Before anything trains, the
     rule preflight runs its `score` on the base model with a handful of synthetic rollouts (score/preflight.py),
     with its configured settings updated by an optional module attribute PREFLIGHT_SETTINGS (what so few rollouts
     need), and refuses the model if it fails.
@@ -93,8 +95,6 @@ def load(name: str) -> ModuleType:
     missing = [attr for attr in ("USES_TARGET", "STEP_AGGREGATE", "score") if not hasattr(module, attr)]
     if missing:
         raise TypeError(f"estimator module {module.__name__} lacks {', '.join(missing)} (see score/contract.py)")
-    if getattr(module, "NEEDS_MODEL", False) and hasattr(module, "prepare"):
-        raise TypeError(f"estimator module {module.__name__}: an estimator that needs the model has no prepare step")
     if module.STEP_AGGREGATE not in AGGREGATES:
         raise TypeError(f"estimator module {module.__name__}: STEP_AGGREGATE must be one of {AGGREGATES}")
     return module
@@ -207,6 +207,18 @@ def prepare(name: str, params: dict, view: SeedView) -> dict[str, np.ndarray]:
     return prepared
 
 
+def prepare_model(name: str, params: dict, run, folder: Path) -> Path:
+    """An estimator that needs the model: its per-seed preparation (see Estimator), written into `folder`."""
+    instance = Instance.of(name, params)
+    if not instance.prepares:
+        raise ValueError(f"estimator {name} ({instance.module_name}) has no prepare function")
+    started = time.time()
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    instance.module.prepare(run, Path(folder), **instance.arguments)
+    log.info("%s: prepared in %.1f s: %s", name, time.time() - started, folder)
+    return Path(folder)
+
+
 def save_prepared(prepared: dict[str, np.ndarray], path: Path) -> None:
     """Uncompressed .npz, written under a temporary name and renamed when complete."""
     path = Path(path)
@@ -228,15 +240,21 @@ def run(
     """Score one seed against one target: a rollout table and a step table, both checked.
 
     An estimator with a `prepare` step gets `prepared` (the saved result of `prepare` for this seed and
-    config entry), or prepares here when it is None.
+    config entry: arrays, or a folder for an estimator that needs the model), or prepares here when it is None (an
+    estimator that needs the model into the run's scratch folder).
     """
     instance = Instance.of(name, params)
     module, kwargs = instance.module, dict(instance.arguments)
     if module.USES_TARGET and target is None:
         raise ValueError(f"estimator {name} needs a target")
     started = time.time()
+    if instance.prepares and prepared is None:
+        if instance.needs_model:
+            prepared = prepare_model(name, params, view, view.scratch / f"prepared-{name}")
+        else:
+            prepared = prepare(name, params, view)
     if instance.prepares:
-        kwargs["prepared"] = prepared if prepared is not None else prepare(name, params, view)
+        kwargs["prepared"] = prepared
     scores = np.asarray(module.score(view, target, **kwargs), dtype=np.float64)
     if scores.shape != (view.rollouts.height,):
         raise ValueError(f"estimator {name} returned shape {scores.shape}, expected ({view.rollouts.height},)")

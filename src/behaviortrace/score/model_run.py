@@ -85,6 +85,14 @@ class ModelRun:
         """The names of the model's linear layers with trainable weights of their own (see `linear_modules`)."""
         return linear_modules(model)
 
+    def checkpoint_rows(self) -> list[tuple[int, np.ndarray]]:
+        """(checkpoint, mask) for each checkpoint that has rollouts to score: those evaluated there
+        (`checkpoint_step`) whose loss has a gradient (a nonzero advantage, or any rollout under a KL term)."""
+        checkpoint = self.rollouts["checkpoint_step"].to_numpy()
+        used = self.rollouts["advantage"].to_numpy() != 0 if not self.grpo.beta else np.ones(len(checkpoint), bool)
+        masks = [(int(c), (checkpoint == c) & used) for c in np.unique(checkpoint)]
+        return [(c, mask) for c, mask in masks if mask.any()]
+
     def rows(self, mask: np.ndarray | None = None) -> list[dict]:
         """Rollouts as dicts (for a library's dataset), optionally only those where `mask` holds."""
         log = self.rollouts if mask is None else self.rollouts.filter(pl.Series(mask))

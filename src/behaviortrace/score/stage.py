@@ -1,5 +1,5 @@
-"""Rules prepare, score and score_model: an estimator's per-seed preparation, and its scores for one seed, draw
-and target kind."""
+"""Rules prepare, prepare_model, score and score_model: an estimator's per-seed preparation, and its scores for one
+seed, draw and target kind."""
 
 from __future__ import annotations
 
@@ -56,6 +56,22 @@ def score_job(
     atomic_write_parquet(steps, out_steps)
 
 
+def prepare_model_job(
+    cfg: Config, *, estimator: str, rollouts: Path, checkpoints: Path, base_model: Path, out: Path
+) -> None:
+    """Run the per-seed preparation of an estimator that needs the model into the folder `out`, written beside it
+    and renamed when complete."""
+    from behaviortrace.common.io import replace_dir
+    from behaviortrace.score.model_run import ModelRun
+
+    started = time.time()
+    with scratch_dir(out.parent / f".scratch-{out.name}") as scratch:
+        run = ModelRun(cfg, rollouts, checkpoints, base_model, scratch)
+        folder = contract.prepare_model(estimator, cfg.estimators[estimator], run, scratch / "prepared")
+        replace_dir(folder, out)
+    log.info("%s prepared for %d rollouts in %.1f s: %s", estimator, run.rollouts.height, time.time() - started, out)
+
+
 def score_model_job(
     cfg: Config,
     *,
@@ -65,6 +81,7 @@ def score_model_job(
     rollouts: Path,
     checkpoints: Path,
     base_model: Path,
+    prepared: Path | None,
     target_store: Path | None,
     probes: Path,
     out_rollouts: Path,
@@ -81,6 +98,6 @@ def score_model_job(
     with scratch_dir(out_rollouts.parent / f".scratch-{out_rollouts.stem}") as scratch:
         run = ModelRun(cfg, rollouts, checkpoints, base_model, scratch)
         tgt = ModelTarget.load(cfg, target, draw, target_store, probes, run) if target != "none" else None
-        roll, steps = contract.run(estimator, cfg.estimators[estimator], run, tgt)
+        roll, steps = contract.run(estimator, cfg.estimators[estimator], run, tgt, prepared=prepared)
     atomic_write_parquet(roll, out_rollouts)
     atomic_write_parquet(steps, out_steps)
