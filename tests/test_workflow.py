@@ -246,7 +246,8 @@ def test_a_new_model_estimator_instance_is_scored_in_one_invocation(finished_run
     assert counts.get("evaluate") == n_runs * n_draws and counts.get("aggregate") == 1, counts
     assert not {"preflight", "base_model", "train_grpo", "score"} & set(counts), counts
     outputs = [line for line in res.stdout.splitlines() if line.strip().startswith("output:") and "/scores/" in line]
-    assert len(outputs) == counts["score_model"] and all("/scores/trackstar8/" in o for o in outputs)
+    assert counts.get("prepare_model") == n_runs, counts  # trackstar's rollout side, fitted once per seed
+    assert len(outputs) == counts["score_model"] + n_runs and all("/scores/trackstar8/" in o for o in outputs)
 
 
 def test_a_finished_run_is_sketched_again_from_its_checkpoints_without_retraining(finished_run):
