@@ -80,6 +80,7 @@ WORK = {
     "behavior": "probes",
     "score": "rollouts",
     "prepare": "rollouts",
+    "prepare_model": "rollouts",
     "score_model": "rollouts",
     "sketch_gram": "rollouts",
     "sketch_matrix": "rollouts",
@@ -97,6 +98,7 @@ MODEL_RULES = {
     "replay",
     "influence",
     "influence_set",
+    "prepare_model",
     "score_model",
 }
 
