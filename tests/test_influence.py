@@ -355,6 +355,27 @@ def test_batched_retraining_is_the_plain_retraining_set_by_set(run, cpu, grpo, s
         np.testing.assert_allclose(batched, plain, rtol=0, atol=1e-9 * spread)
 
 
+@pytest.mark.parametrize("semantics", SEMANTICS)
+def test_retraining_from_the_first_removed_step_is_retraining_from_step_0(run, cpu, tmp_path, semantics):
+    """The influence job's retraining (stage.retrain) starts each set at the forward sweep's state before its first
+    removed rollout: bit for bit the retraining from step 0, for sets whose first removal is early, late or absent."""
+    from behaviortrace.influence.sets import Zeroed
+    from behaviortrace.influence.stage import first_steps, retrain
+
+    traj, objective = trajectory(run, cpu, torch.float32, semantics)
+    origin = traj.state()
+    _, store = influence(traj, objective, tmp_path, keep=range(STEPS))
+    rollouts = run["rollouts"]
+    by_step = {s: rollouts.filter(pl.col("step") == s)["rollout_id"].to_list() for s in range(STEPS)}
+    removed = [set(by_step[0][:2]), set(by_step[3][:3] + by_step[5][:1]), set(by_step[5]), set()]
+    sets = [Zeroed("lds", "rollout", 10, j, ids, semantics) for j, ids in enumerate(removed)]
+    assert first_steps(traj, sets, STEPS) == [0, 3, 5, STEPS]
+    found = retrain(traj, store, sets, STEPS, objective, batch=1)
+    from_zero = [value_after(traj, origin, dict.fromkeys(ids, 0.0), STEPS, objective) for ids in removed]
+    assert np.ptp(from_zero) > 1e-4  # the sets move f: equality is not the trivial one
+    np.testing.assert_array_equal(found, from_zero)
+
+
 def test_the_influence_of_a_rollout_is_independent_of_segment_length(run, cpu, tmp_path):
     traj, objective = trajectory(run, cpu, torch.float64)
     start = traj.state()

@@ -185,3 +185,32 @@ def test_removal_sets(run):
     ties = [top_scored(scores, 2, s) for s in range(20)]
     assert all(t in ({3, 1}, {3, 4}) for t in ties) and len({frozenset(t) for t in ties}) == 2
     assert 2 not in top_scored(scores, 4, 0)  # a missing score ranks last
+
+
+def test_a_set_replayed_after_another_in_one_job_is_replayed_as_if_alone(run, cpu):
+    """A replay job loads the step-0 model once and puts its weights back before each set (replay/stage.py): a set
+    replayed after another ends at the weights and rates of replaying it first, bit for bit."""
+    from behaviortrace.replay.removal import measured_steps
+    from behaviortrace.replay.stage import Replays
+
+    cfg = typed(run["cfg"])
+    measured = measured_steps(cfg.replay, cfg.planting, cfg.grpo.steps)
+    folder, rollouts = run["dir"], run["rollouts"]
+
+    def replays():
+        paths = (folder / "checkpoints.json", run["base_model"], folder / "probes.parquet", folder / "plain.parquet")
+        return Replays(cfg, rollouts, *paths, measured, "advantages")
+
+    ids = rollouts["rollout_id"].to_list()
+    first, other = set(ids[:6]), set(ids[12:30])
+    alone = replays()
+    rows_alone, _, _ = alone.run(first, check=False)
+    weights_alone = {k: v.clone() for k, v in alone.model.state_dict().items()}
+    shared = replays()
+    shared.run(other, check=False)
+    weights_other = {k: v.clone() for k, v in shared.model.state_dict().items()}
+    rows_after, _, _ = shared.run(first, check=False)
+    assert rows_after == rows_alone
+    assert any(not torch.equal(weights_other[k], w) for k, w in weights_alone.items())  # the two sets end apart
+    for k, w in shared.model.state_dict().items():
+        assert torch.equal(w, weights_alone[k]), k

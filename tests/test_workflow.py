@@ -134,6 +134,38 @@ def test_each_rule_logs_its_progress(finished_run):
     assert "checkpoint 5/5 (step 6)" in (logs / "targets" / "planted0_draw1.log").read_text()
 
 
+def test_every_job_logs_its_start_up_and_the_page_states_the_run_time(finished_run):
+    """Every job's log opens with its start-up (common/job.py), shorter than the job; the results page's run time
+    (over the jobs that had ended when its job began) agrees with Snakemake's own record of those jobs' times."""
+    import base64
+
+    from behaviortrace.report.cost import elapsed_seconds, fixed_share, read_benchmarks
+
+    workdir, cfg = finished_run
+    out = workdir / "results" / cfg["run"]
+    jobs = read_benchmarks(out / "benchmarks")
+    assert jobs["startup_s"].null_count() == 0, jobs.filter(pl.col("startup_s").is_null())["job"].to_list()
+    assert ((jobs["startup_s"] > 0.05) & (jobs["startup_s"] < jobs["wall_s"] + 0.5)).all()
+    page_job = jobs.filter(pl.col("rule") == "results_page").row(0, named=True)
+    began = page_job["ended"] - page_job["wall_s"]
+    seen = jobs.filter(pl.col("ended") < began)
+    times = []
+    for record in (workdir / ".snakemake" / "metadata").iterdir():
+        output = base64.urlsafe_b64decode(record.name + "=" * (-len(record.name) % 4)).decode()
+        meta = json.loads(record.read_text())
+        benchmarked = meta["rule"] not in ("all", "run_config")  # the rules without a benchmark file
+        if benchmarked and output.startswith(f"results/{cfg['run']}/") and meta["endtime"] < began:
+            times.append((meta["starttime"], meta["endtime"]))
+    recorded = max(end for _, end in times) - min(start for start, _ in times)
+    elapsed = elapsed_seconds(seen)
+    assert abs(elapsed - recorded) < 5 + 0.02 * recorded, (elapsed, recorded)
+    page = (out / "results.md").read_text()
+    startup, share = fixed_share(seen)
+    logged = f"as {seen.height} of {seen.height} jobs logged it) is {startup:.0f} s, {share:.1%} of their summed wall"
+    assert logged in page
+    assert f"The run took {elapsed / 60:.1f} min of wall time" in page
+
+
 def test_the_preflight_refuses_a_model_before_training_and_says_why_where_users_look(tmp_path):
     """OPT runs its MLP on tokens flattened across the batch, from which the hook-based libraries (kronfluence,
     bergson) cannot take each rollout's gradient: the preflight job fails before the base model is built, so before

@@ -467,7 +467,7 @@ class Influence:
     bootstrap: int = key(1000, "resamples of the subsets behind each LDS interval", minimum=10)
     retrain_batch: int = key(
         1,
-        "retrainings from step 0 run together, vmapped over copies of the weights (same values; on a CPU slower "
+        "retrainings run together, vmapped over copies of the weights (same values; on a CPU slower "
         "than one at a time: run benchmarks/lds_batch.py before raising it)",
         minimum=1,
     )

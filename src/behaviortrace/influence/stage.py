@@ -257,27 +257,39 @@ def check_memory(model, end: int, inf) -> None:
     require_memory(need, what, "influence.segment_steps (fewer states in memory, more on disk)")
 
 
+def first_steps(traj, sets: list[Zeroed], end: int) -> list[int]:
+    """Each set's first step holding a removed rollout (`end` where none is before it): training up to that step is
+    training as logged, the forward sweep's own states."""
+    step_of = {int(z): step for (step,), rows in traj.by_step.items() for z in rows["rollout_id"]}
+    return [min((step_of[z] for z in s.removed if step_of.get(z, end) < end), default=end) for s in sets]
+
+
 def retrain(traj, store, sets: list[Zeroed], end: int, objective, batch: int) -> list[float]:
-    """f(w_end) with each set removed under its semantics. A step's rollouts matter from that step on, so
-    leave-one-step-out restarts at its step; every other set starts at step 0, `batch` of them together (of one
-    semantics: batched.py)."""
+    """f(w_end) with each set removed under its semantics. Training is as logged until a set's first removed
+    rollout, so a set restarts from the forward sweep's saved state nearest before that step (bit for bit the
+    retraining from step 0: a step without a weight changed runs the sweep's own code); `batch` sets of one
+    semantics go together (batched.py), from the earliest first step among them."""
     from behaviortrace.influence.batched import values_after
     from behaviortrace.influence.retrain import value_after
 
     values, done, started = [0.0] * len(sets), 0, time.time()
+    firsts = first_steps(traj, sets, end)
     chunks = []
     for semantics in SEMANTICS:
-        from_zero = [i for i, z in enumerate(sets) if z.kind != "step" and z.semantics == semantics]
-        chunks += [from_zero[i : i + batch] for i in range(0, len(from_zero), batch)]
-    chunks += [[i] for i, z in enumerate(sets) if z.kind == "step"]
+        of = sorted((i for i, z in enumerate(sets) if z.semantics == semantics), key=lambda i: firsts[i])
+        chunks += [of[i : i + batch] for i in range(0, len(of), batch)]
+    loaded: dict[int, object] = {}  # the last state read: consecutive chunks mostly start from it
     for chunk in chunks:
-        first = sets[chunk[0]].index if sets[chunk[0]].kind == "step" else 0
+        first = min(firsts[i] for i in chunk)
+        if first not in loaded:
+            loaded = {first: store.nearest(first)}  # restore() copies from it, so it stays as saved
+        start = loaded[first]
         semantics = sets[chunk[0]].semantics
         weights = [dict.fromkeys(sets[i].removed, 0.0) for i in chunk]
         if len(chunk) == 1:
-            found = [value_after(traj, store.load(first), weights[0], end, objective, semantics)]
+            found = [value_after(traj, start, weights[0], end, objective, semantics)]
         else:
-            found = values_after(traj, store.load(first), weights, end, objective, semantics)
+            found = values_after(traj, start, weights, end, objective, semantics)
         for i, value in zip(chunk, found, strict=True):
             values[i], z, done = value, sets[i], done + 1
             log.info(

@@ -115,21 +115,29 @@ class Replays:
         self.device = devices.resolve(cfg.compute)
         self.prompt_sets = {"probes": pl.read_parquet(probes_path), "plain": pl.read_parquet(plain_path)}
         self.ckpts, _ = read_manifest(checkpoints_path)
-        self.tokenizer = models.load(self.ckpts[0], self.device)[1]
+        # The step-0 model is loaded once; each replay starts from a copy of its weights put back (loading it again
+        # took most of a small replay's time).
+        self.model, self.tokenizer = models.load(self.ckpts[0], self.device)
+        self.start = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
         self.ref = models.load(base_model, self.device)[0].eval() if cfg.grpo.beta else None
         self.torch = torch
+
+    def fresh_model(self):
+        """The step-0 model as loaded: its weights put back, no gradients, evaluation mode."""
+        self.model.load_state_dict(self.start)
+        self.model.zero_grad(set_to_none=True)
+        return self.model.eval()
 
     def run(self, removed: set[int], check: bool) -> tuple[list[dict], dict, dict]:
         """Rows of behavior rates per measured checkpoint; with `check`, each checkpoint's weight difference
         to the logged one and its share of training's update."""
         from behaviortrace.behavior.rates import behavior_rates
         from behaviortrace.common.device import autocast
-        from behaviortrace.model import models
         from behaviortrace.replay.retrain import replay_training, update_error, weight_difference
 
         cfg, device, ckpts = self.cfg, self.device, self.ckpts
         grpo, planting = cfg.grpo, cfg.planting
-        model = models.load(ckpts[0], device)[0]
+        model = self.fresh_model()
         rows, checks, shares = [], {}, {}
 
         def measure(step_done: int, m) -> None:

@@ -1,5 +1,6 @@
-"""What a finished run cost, per rule: jobs, wall time (sum, and share of all jobs), CPU time and peak memory,
-read from the `benchmark:` file Snakemake writes for every job (results/{run}/benchmarks/).
+"""What a finished run cost, per rule: jobs, wall time (sum, and share of all jobs), start-up, CPU time and peak
+memory, read from the `benchmark:` file Snakemake writes for every job (results/{run}/benchmarks/) and the first
+line of the job's log (results/{run}/logs/, the same path: common/job.py logs how long its process took to start).
 
 Wall times add up jobs that ran side by side, so their sum exceeds the run's elapsed time on more than one
 core; the share column says where the work goes.
@@ -25,25 +26,46 @@ def _rss(value: str | None) -> float | None:
     return mb if mb > 0 else None
 
 
+_STARTUP = re.compile(r"job started ([0-9.]+) s after its process")
+
+
+def startup_seconds(log: Path) -> float | None:
+    """The start-up a job logged (common/job.py), None where its log has none (a job of an older version)."""
+    try:
+        with open(log) as f:
+            for _, line in zip(range(5), f, strict=False):
+                found = _STARTUP.search(line)
+                if found:
+                    return float(found[1])
+    except OSError:
+        pass
+    return None
+
+
 def read_benchmarks(folder: Path) -> pl.DataFrame:
-    """One row per job: its rule (the first folder under `folder`), wall seconds, CPU seconds, peak RSS."""
+    """One row per job: its rule (the first folder under `folder`), wall seconds, start-up seconds (from its log in
+    the `logs` folder beside `folder`), CPU seconds, peak RSS, and when it ended (the benchmark file's time)."""
     rows = []
+    logs = folder.parent / "logs"
     for path in sorted(folder.rglob("*.tsv")):
-        rule = path.relative_to(folder).parts[0].removesuffix(".tsv")
+        job = path.relative_to(folder)
+        rule = job.parts[0].removesuffix(".tsv")
         table = pl.read_csv(path, separator="\t", null_values=["-", "NA"], infer_schema_length=0)
         last = table.row(-1, named=True)  # one row per repeat; jobs here run once
         rows.append(
             {
                 "rule": rule,
-                "job": path.relative_to(folder).as_posix(),
+                "job": job.as_posix(),
                 "wall_s": float(last["s"]),
+                "startup_s": startup_seconds(logs / job.with_suffix(".log")),
                 "cpu_s": float(last["cpu_time"]) if last.get("cpu_time") not in (None, "") else None,
                 "max_rss_mb": _rss(last.get("max_rss")),
+                "ended": path.stat().st_mtime,
             }
         )
     if not rows:
         raise FileNotFoundError(f"no benchmark files under {folder}; run the workflow first")
-    return pl.DataFrame(rows)
+    return pl.DataFrame(rows, schema_overrides={"startup_s": pl.Float64, "cpu_s": pl.Float64})
 
 
 def configured(jobs: pl.DataFrame, estimators: set[str]) -> pl.DataFrame:
@@ -58,6 +80,19 @@ def configured(jobs: pl.DataFrame, estimators: set[str]) -> pl.DataFrame:
     return jobs.filter(pl.Series(mask, dtype=pl.Boolean))
 
 
+def elapsed_seconds(jobs: pl.DataFrame) -> float:
+    """From the first job's start to the last job's end (each benchmark file is written as its job ends): the run's
+    wall time when one invocation ran every job."""
+    return float((jobs["ended"].max() - (jobs["ended"] - jobs["wall_s"]).min()) if jobs.height else 0.0)
+
+
+def fixed_share(jobs: pl.DataFrame) -> tuple[float, float]:
+    """The start-up of the jobs that logged it, in seconds and as a share of their wall time."""
+    logged = jobs.filter(pl.col("startup_s").is_not_null())
+    startup = float(logged["startup_s"].sum())
+    return startup, startup / float(logged["wall_s"].sum()) if logged.height else 0.0
+
+
 def per_rule(jobs: pl.DataFrame) -> pl.DataFrame:
     total = jobs["wall_s"].sum()
     return (
@@ -65,6 +100,7 @@ def per_rule(jobs: pl.DataFrame) -> pl.DataFrame:
         .agg(
             pl.len().alias("jobs"),
             pl.col("wall_s").sum().alias("wall_s"),
+            pl.col("startup_s").sum().alias("startup_s"),
             pl.col("wall_s").max().alias("longest_job_s"),
             pl.col("cpu_s").sum().alias("cpu_s"),
             pl.col("max_rss_mb").max().alias("peak_rss_mb"),
@@ -115,18 +151,18 @@ def estimator_markdown(table: pl.DataFrame) -> str:
 
 def to_markdown(table: pl.DataFrame) -> str:
     lines = [
-        "| rule | jobs | wall s (sum) | share | longest job s | CPU s | peak RSS MB |",
-        "|---|---|---|---|---|---|---|",
+        "| rule | jobs | wall s (sum) | share | start-up s (sum) | longest job s | CPU s | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in table.iter_rows(named=True):
         cpu = "–" if r["cpu_s"] is None else f"{r['cpu_s']:.0f}"
         rss = "–" if r["peak_rss_mb"] is None else f"{r['peak_rss_mb']:.0f}"
         lines.append(
-            f"| {r['rule']} | {r['jobs']} | {r['wall_s']:.0f} | {r['share']:.1%} | {r['longest_job_s']:.0f} "
-            f"| {cpu} | {rss} |"
+            f"| {r['rule']} | {r['jobs']} | {r['wall_s']:.0f} | {r['share']:.1%} | {r['startup_s']:.0f} "
+            f"| {r['longest_job_s']:.0f} | {cpu} | {rss} |"
         )
     lines.append(
-        f"| all | {table['jobs'].sum()} | {table['wall_s'].sum():.0f} | 100% | {table['longest_job_s'].max():.0f} "
-        f"| {table['cpu_s'].sum():.0f} | {table['peak_rss_mb'].max():.0f} |"
+        f"| all | {table['jobs'].sum()} | {table['wall_s'].sum():.0f} | 100% | {table['startup_s'].sum():.0f} "
+        f"| {table['longest_job_s'].max():.0f} | {table['cpu_s'].sum():.0f} | {table['peak_rss_mb'].max():.0f} |"
     )
     return "\n".join(lines) + "\n"

@@ -13,7 +13,15 @@ import polars as pl
 from behaviortrace.config import record
 from behaviortrace.config.sections import Config
 from behaviortrace.report import faithfulness
-from behaviortrace.report.cost import configured, estimator_markdown, per_estimator, per_rule, read_benchmarks
+from behaviortrace.report.cost import (
+    configured,
+    elapsed_seconds,
+    estimator_markdown,
+    fixed_share,
+    per_estimator,
+    per_rule,
+    read_benchmarks,
+)
 from behaviortrace.report.cost import to_markdown as cost_markdown
 
 
@@ -54,6 +62,19 @@ def faithfulness_rows(influence: pl.DataFrame, checklist_json: Path, jobs: pl.Da
     target = checklist["thresholds"]["effect_target_kind"]
     costs = {r["estimator"]: r["wall_s"] for r in per_estimator(jobs).iter_rows(named=True)}
     return faithfulness.table(influence, checklist, target, costs)
+
+
+def startup_sentence(jobs: pl.DataFrame) -> str:
+    """The jobs' fixed cost: their start-up as each logged it (common/job.py), and its share of their wall time."""
+    logged = int(jobs["startup_s"].is_not_null().sum())
+    if not logged:
+        return "Its jobs did not log their start-up (a version before the jobs did)."
+    startup, share = fixed_share(jobs)
+    return (
+        f"The start-up of its jobs (interpreter, Snakemake's script preamble and imports, as {logged} of "
+        f"{jobs.height} jobs logged it) is {startup:.0f} s, {share:.1%} of their summed wall time: the fixed cost "
+        "that grows with the number of jobs."
+    )
 
 
 def results_page(
@@ -97,6 +118,8 @@ def results_page(
         "## Paper findings\n",
         _body(paper),
         "## What each rule cost\n",
+        f"The run took {elapsed_seconds(jobs) / 60:.1f} min of wall time, from its first job's start to the end of the "
+        "last job before this page (a run resumed later counts the time between). " + startup_sentence(jobs) + "\n",
         "Summed over jobs from their benchmark files (jobs side by side on several cores add up).\n",
         cost_markdown(cost),
         "Per estimator instance: its preparation and score jobs over every seed, draw and target, what rerunning it "

@@ -1,0 +1,90 @@
+"""The default run's wall time at two commits on this machine, one after the other, and whether their tables agree.
+
+    python benchmarks/default_run.py [--baseline HEAD~1] [--candidate HEAD] [--cores 2] [--keep DIR]
+
+Each commit is cloned fresh from this repository into a scratch folder and runs `snakemake --cores N` on its own
+config/config.yaml with this checkout's .venv (the commit's own package first on the path), as `make run` does
+after its install. Prints each run's wall time, the ratio, the start-up share of each (report/cost.py), and every
+table under results/default/tables/ and checklist.json that differs between the two (none: "identical").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import polars as pl
+
+from behaviortrace.report.cost import fixed_share, read_benchmarks
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def clean_run(ref: str, folder: Path, cores: int) -> float:
+    """Wall seconds of a default run of `ref` in a fresh clone at `folder`."""
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(folder)], check=True)
+    subprocess.run(["git", "-C", str(folder), "checkout", "--quiet", ref], check=True)
+    env = {**os.environ, "PYTHONPATH": str(folder / "src")}
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", str(cores)], cwd=folder, env=env, capture_output=True, text=True
+    )
+    wall = time.perf_counter() - started
+    if done.returncode:
+        sys.exit(f"the default run of {ref} failed:\n{done.stderr[-3000:]}")
+    return wall
+
+
+def differences(a: Path, b: Path) -> list[str]:
+    """The tables and checklist entries of two runs' results/default that are not equal."""
+    out = []
+    for path in sorted((a / "tables").glob("*.parquet")):
+        other = b / "tables" / path.name
+        if not other.exists() or not pl.read_parquet(path).equals(pl.read_parquet(other)):
+            out.append(f"tables/{path.name}")
+    out += [
+        f"tables/{p.name} (only in the candidate)"
+        for p in (b / "tables").glob("*.parquet")
+        if not (a / "tables" / p.name).exists()
+    ]
+    if json.loads((a / "checklist.json").read_text()) != json.loads((b / "checklist.json").read_text()):
+        out.append("checklist.json")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--baseline", default="HEAD~1")
+    ap.add_argument("--candidate", default="HEAD")
+    ap.add_argument("--cores", type=int, default=os.cpu_count())
+    ap.add_argument("--keep", type=Path, help="keep both clones under this folder (default: removed)")
+    args = ap.parse_args()
+    scratch = Path(tempfile.mkdtemp(dir=args.keep))
+    try:
+        walls, runs = {}, {}
+        for role, ref in (("baseline", args.baseline), ("candidate", args.candidate)):
+            folder = scratch / role
+            walls[role] = clean_run(ref, folder, args.cores)
+            runs[role] = folder / "results" / "default"
+            jobs = read_benchmarks(runs[role] / "benchmarks")
+            startup, share = fixed_share(jobs)
+            logged = jobs["startup_s"].is_not_null().sum()
+            fixed = f"start-up {startup:.0f} s ({share:.1%} of job wall)" if logged else "start-up not logged"
+            print(f"{role} {ref}: {walls[role] / 60:.1f} min wall, {jobs.height} jobs; {fixed}")
+        print(f"baseline / candidate: {walls['baseline'] / walls['candidate']:.2f}")
+        diff = differences(runs["baseline"], runs["candidate"])
+        print("tables: " + ("identical" if not diff else "differ: " + ", ".join(diff)))
+    finally:
+        if args.keep is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
