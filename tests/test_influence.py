@@ -478,6 +478,35 @@ def test_correlations_are_polars_ranks_and_numpy():
     assert np.isnan(spearman(np.ones(5), y[:5]))
 
 
+def test_ranks_of_every_row_are_each_rows_own_average_ranks():
+    """correlation.ranks ranks all rows at once; each row's ranks are exactly (bit for bit) those of ranking the row
+    alone by its unique values (ties share their mean rank, NaNs tie last, -0.0 ties 0.0), and polars' average
+    ranks where nothing is NaN."""
+    rng = np.random.default_rng(5)
+
+    def one_row(row):
+        _, inverse, counts = np.unique(row, return_inverse=True, return_counts=True)
+        return ((np.cumsum(counts) - counts) + (counts - 1) / 2)[inverse]
+
+    values = rng.normal(size=(200, 30))
+    cases = [
+        values,
+        np.round(values * 2) / 2,
+        np.where(rng.random(values.shape) < 0.2, np.nan, np.round(values)),
+        rng.integers(0, 4, size=(20, 9)),
+        np.where(rng.random((5, 6)) < 0.5, -0.0, 0.0),
+        values[:, :1],
+        values[0],
+    ]
+    for x in cases:
+        found = correlation.ranks(x)
+        flat = np.asarray(x).reshape(-1, np.shape(x)[-1])
+        expected = np.stack([one_row(row) for row in flat]).reshape(np.shape(x))
+        assert found.dtype == np.float64 and found.tobytes() == expected.tobytes()
+    for row in cases[1][:5]:
+        np.testing.assert_array_equal(correlation.ranks(row), pl.Series(row).rank("average").to_numpy() - 1)
+
+
 def test_agreement_given_the_step_is_the_correlation_of_rank_residuals():
     """The partial Spearman against an independent computation: regress each rank vector on the step ranks by
     least squares and correlate the residuals. Two series that share only a decay over the steps agree highly

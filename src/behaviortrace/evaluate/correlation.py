@@ -7,13 +7,27 @@ import numpy as np
 
 
 def ranks(x: np.ndarray) -> np.ndarray:
-    """Average ranks along the last axis (ties share their mean rank)."""
+    """Average ranks along the last axis (ties share their mean rank; NaNs tie with each other, ranked last).
+
+    All rows at once: each row sorted, a tie group's first position and size found from where the sorted values
+    change, and a member's rank its group's start + (size - 1) / 2 (half-integers, exact in float64)."""
     x = np.asarray(x)
     flat = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
-    out = np.empty(flat.shape, dtype=np.float64)
-    for row in range(flat.shape[0]):
-        _, inverse, counts = np.unique(flat[row], return_inverse=True, return_counts=True)
-        out[row] = ((np.cumsum(counts) - counts) + (counts - 1) / 2)[inverse]
+    rows, n = flat.shape
+    order = np.argsort(flat, axis=1, kind="stable")
+    ordered = np.take_along_axis(flat, order, axis=1)
+    first = np.ones((rows, n), dtype=bool)  # where a tie group begins in the sorted row
+    if n > 1:
+        differ = ordered[:, 1:] != ordered[:, :-1]
+        if ordered.dtype.kind in "fc":
+            differ &= ~(np.isnan(ordered[:, 1:]) & np.isnan(ordered[:, :-1]))
+        first[:, 1:] = differ
+    position = np.broadcast_to(np.arange(n), (rows, n))
+    start = np.maximum.accumulate(np.where(first, position, 0), axis=1)
+    following = np.concatenate([np.where(first[:, 1:], position[:, 1:], n), np.full((rows, 1), n)], axis=1)
+    end = np.minimum.accumulate(following[:, ::-1], axis=1)[:, ::-1]
+    out = np.empty((rows, n), dtype=np.float64)
+    np.put_along_axis(out, order, start + (end - start - 1) / 2, axis=1)
     return out.reshape(x.shape)
 
 
