@@ -784,3 +784,30 @@ def test_the_cross_fitted_datamodel_recovers_an_additive_truth_without_seeing_wh
     moved[::2] += 100 * rng.normal(size=100)  # the even subsets' own changes
     assert np.allclose(cross_fitted(membership, moved)[::2], predicted[::2])
     assert not np.allclose(cross_fitted(membership, moved)[1::2], predicted[1::2])
+
+
+def test_the_datamodel_bootstrap_is_each_resample_scored_alone():
+    """within_fold_samples scores every resample at once; each value is, bit for bit, the mean of the two halves'
+    Spearman of that resample scored alone (the draws taken one resample at a time), NaN where both are undefined:
+    with ties, an odd number of subsets and constant changes."""
+    from behaviortrace.influence.datamodel import _halves, within_fold_samples
+
+    def one_at_a_time(predicted, changes, n, seed):
+        rng = np.random.default_rng(seed)
+        halves = _halves(len(changes))
+        out = np.empty(n)
+        for b in range(n):
+            draw = np.concatenate([h[rng.integers(0, len(h), len(h))] for h in halves])
+            with np.errstate(invalid="ignore", divide="ignore"):
+                values = [spearman(predicted[p], changes[p]) for p in (draw[: len(halves[0])], draw[len(halves[0]) :])]
+            out[b] = np.nanmean(values) if np.isfinite(values).any() else np.nan
+        return out
+
+    rng = np.random.default_rng(4)
+    for m, ties, constant in ((30, False, False), (31, True, False), (8, True, False), (30, False, True)):
+        predicted, changes = rng.normal(size=m), rng.normal(size=m)
+        predicted = np.round(predicted) if ties else predicted
+        changes = np.ones(m) if constant else changes
+        found = within_fold_samples(predicted, changes, 300, m)
+        assert found.tobytes() == one_at_a_time(predicted, changes, 300, m).tobytes()
+        assert np.isnan(found).all() == constant

@@ -473,7 +473,7 @@ def test_model_estimators_run_in_the_workflow_and_are_judged_and_costed_like_the
         assert costs[name]["rules"] == rules and costs[name]["jobs"] == costs["tracincp"]["jobs"] + fits
         assert f"| {name} | {rules} | {costs[name]['jobs']} |" in (out / "results.md").read_text()
         # The job's own log has its progress: no library's logging setup took the log file away.
-        assert f"{name}: checkpoint" in (out / "logs" / "score" / f"planted0_{name}_draw0_forced.log").read_text()
+        assert f"{name}: checkpoint" in (out / "logs" / "score_model" / f"planted0_{name}_draw0_forced.log").read_text()
     metrics = pl.read_parquet(out / "tables" / "metrics.parquet")
     assert peers <= set(metrics["estimator"].unique())
     import json

@@ -93,7 +93,7 @@ rule score_model:
         rollouts=SCORES,
         steps=STEP_SCORES,
     log:
-        f"{LOGS}/score/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.log",
+        f"{LOGS}/score_model/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.log",
     benchmark:
         f"{BENCHMARKS}/score_model/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.tsv"
     wildcard_constraints:

@@ -50,8 +50,25 @@ def scratch_dir(path: Path):
         shutil.rmtree(path, ignore_errors=True)
 
 
+# The first line of every job's log; report/cost.py reads the number back (a job's fixed cost, on the results page).
+STARTUP_LINE = "job started %.2f s after its process (interpreter, Snakemake's script preamble, imports)"
+
+
+def process_age() -> float | None:
+    """Seconds since this process began, from Linux's /proc (None elsewhere)."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            fields = stat.read().rpartition(")")[2].split()
+            began = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime: clock ticks after boot
+            return float(uptime.read().split()[0]) - began
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def setup_logging(log_file: str | None) -> logging.Logger:
-    """Log to the rule's log file (and stderr), with timestamps, for progress on long stages."""
+    """Log to the rule's log file (and stderr), with timestamps, for progress on long stages. A job's log (one with a
+    file) opens with how long the job took to start."""
+    age = process_age() if log_file else None
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
@@ -60,7 +77,10 @@ def setup_logging(log_file: str | None) -> logging.Logger:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=handlers, force=True
     )
     sys.excepthook = _log_failure  # a job's error goes into its own log, not only to the console
-    return logging.getLogger("behaviortrace")
+    logger = logging.getLogger("behaviortrace")
+    if age is not None:
+        logger.info(STARTUP_LINE, age)
+    return logger
 
 
 def _log_failure(kind, value, traceback) -> None:

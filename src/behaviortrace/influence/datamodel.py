@@ -57,16 +57,19 @@ def within_fold_lds(predicted: np.ndarray, changes: np.ndarray) -> float:
 
 
 def within_fold_samples(predicted: np.ndarray, changes: np.ndarray, n: int, seed: int) -> np.ndarray:
-    """Bootstrap values of `within_fold_lds`: each half's subsets resampled within the half."""
+    """Bootstrap values of `within_fold_lds`: each half's subsets resampled within the half (the draws in the order
+    one resample at a time takes them, every resample's Spearman computed at once)."""
     rng = np.random.default_rng(seed)
     halves = _halves(len(changes))
-    out = np.empty(n)
+    draws = np.empty((n, len(changes)), dtype=np.int64)
     for b in range(n):
-        draw = np.concatenate([h[rng.integers(0, len(h), len(h))] for h in halves])
-        parts = [draw[: len(halves[0])], draw[len(halves[0]) :]]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            values = [spearman(predicted[p], changes[p]) for p in parts]
-        out[b] = np.nanmean(values) if np.isfinite(values).any() else np.nan
+        draws[b] = np.concatenate([h[rng.integers(0, len(h), len(h))] for h in halves])
+    parts = (draws[:, : len(halves[0])], draws[:, len(halves[0]) :])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        values = np.stack([spearman(predicted[p], changes[p]) for p in parts], axis=1)
+    out = np.full(n, np.nan)
+    finite = np.isfinite(values).any(axis=1)
+    out[finite] = np.nanmean(values[finite], axis=1)
     return out
 
 
