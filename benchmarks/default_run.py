@@ -74,8 +74,7 @@ def main() -> None:
             walls[role] = clean_run(ref, folder, args.cores)
             runs[role] = folder / "results" / "default"
             jobs = read_benchmarks(runs[role] / "benchmarks")
-            startup, share = fixed_share(jobs)
-            logged = jobs["startup_s"].is_not_null().sum()
+            startup, share, logged = fixed_share(jobs)
             fixed = f"start-up {startup:.0f} s ({share:.1%} of job wall)" if logged else "start-up not logged"
             print(f"{role} {ref}: {walls[role] / 60:.1f} min wall, {jobs.height} jobs; {fixed}")
         print(f"baseline / candidate: {walls['baseline'] / walls['candidate']:.2f}")

@@ -4,7 +4,7 @@ job's own work on a CPU, and the time it spent off the CPU.
     python benchmarks/profile_run.py [--run default] [--markdown out.md]
 
 From every job's benchmark file (wall and CPU seconds) and the start-up its log's first line records
-(common/job.py):
+(common/io.py):
 
 - start-up: from the job's process start to its first line;
 - work: CPU seconds after start-up (computing, and reading and decoding files, which on a local disk with the

@@ -135,7 +135,7 @@ def test_each_rule_logs_its_progress(finished_run):
 
 
 def test_every_job_logs_its_start_up_and_the_page_states_the_run_time(finished_run):
-    """Every job's log opens with its start-up (common/job.py), shorter than the job; the results page's run time
+    """Every job's log opens with its start-up (common/io.py), shorter than the job; the results page's run time
     (over the jobs that had ended when its job began) agrees with Snakemake's own record of those jobs' times."""
     import base64
 
@@ -160,7 +160,7 @@ def test_every_job_logs_its_start_up_and_the_page_states_the_run_time(finished_r
     elapsed = elapsed_seconds(seen)
     assert abs(elapsed - recorded) < 5 + 0.02 * recorded, (elapsed, recorded)
     page = (out / "results.md").read_text()
-    startup, share = fixed_share(seen)
+    startup, share, _ = fixed_share(seen)
     logged = f"as {seen.height} of {seen.height} jobs logged it) is {startup:.0f} s, {share:.1%} of their summed wall"
     assert logged in page
     assert f"The run took {elapsed / 60:.1f} min of wall time" in page

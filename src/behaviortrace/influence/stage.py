@@ -278,12 +278,11 @@ def retrain(traj, store, sets: list[Zeroed], end: int, objective, batch: int) ->
     for semantics in SEMANTICS:
         of = sorted((i for i, z in enumerate(sets) if z.semantics == semantics), key=lambda i: firsts[i])
         chunks += [of[i : i + batch] for i in range(0, len(of), batch)]
-    loaded: dict[int, object] = {}  # the last state read: consecutive chunks mostly start from it
+    start_step, start = None, None  # the last state read: chunks sorted by first step mostly reuse it
     for chunk in chunks:
         first = min(firsts[i] for i in chunk)
-        if first not in loaded:
-            loaded = {first: store.nearest(first)}  # restore() copies from it, so it stays as saved
-        start = loaded[first]
+        if first != start_step:
+            start_step, start = first, store.nearest(first)  # restore() copies from it, so it stays as saved
         semantics = sets[chunk[0]].semantics
         weights = [dict.fromkeys(sets[i].removed, 0.0) for i in chunk]
         if len(chunk) == 1:

@@ -1,6 +1,7 @@
 """What a finished run cost, per rule: jobs, wall time (sum, and share of all jobs), start-up, CPU time and peak
 memory, read from the `benchmark:` file Snakemake writes for every job (results/{run}/benchmarks/) and the first
-line of the job's log (results/{run}/logs/, the same path: common/job.py logs how long its process took to start).
+line of the job's log (results/{run}/logs/, the same path: common/io.py's setup_logging writes how long its process
+took to start).
 
 Wall times add up jobs that ran side by side, so their sum exceeds the run's elapsed time on more than one
 core; the share column says where the work goes.
@@ -12,6 +13,8 @@ import re
 from pathlib import Path
 
 import polars as pl
+
+from behaviortrace.common.io import STARTUP_LINE
 
 # The rules of an estimator instance's jobs, whose benchmark files are named {arm}{seed}_{estimator}[_draw{d}_{target}].
 ESTIMATOR_RULES = ("prepare", "prepare_model", "score", "score_model")
@@ -26,11 +29,11 @@ def _rss(value: str | None) -> float | None:
     return mb if mb > 0 else None
 
 
-_STARTUP = re.compile(r"job started ([0-9.]+) s after its process")
+_STARTUP = re.compile(re.escape(STARTUP_LINE.partition("%.2f")[0]) + r"([0-9.]+)")
 
 
 def startup_seconds(log: Path) -> float | None:
-    """The start-up a job logged (common/job.py), None where its log has none (a job of an older version)."""
+    """The start-up a job logged (STARTUP_LINE), None where its log has none (a job of an older version)."""
     try:
         with open(log) as f:
             for _, line in zip(range(5), f, strict=False):
@@ -86,11 +89,11 @@ def elapsed_seconds(jobs: pl.DataFrame) -> float:
     return float((jobs["ended"].max() - (jobs["ended"] - jobs["wall_s"]).min()) if jobs.height else 0.0)
 
 
-def fixed_share(jobs: pl.DataFrame) -> tuple[float, float]:
-    """The start-up of the jobs that logged it, in seconds and as a share of their wall time."""
+def fixed_share(jobs: pl.DataFrame) -> tuple[float, float, int]:
+    """The start-up of the jobs that logged it, in seconds and as a share of their wall time, and how many did."""
     logged = jobs.filter(pl.col("startup_s").is_not_null())
     startup = float(logged["startup_s"].sum())
-    return startup, startup / float(logged["wall_s"].sum()) if logged.height else 0.0
+    return startup, startup / float(logged["wall_s"].sum()) if logged.height else 0.0, logged.height
 
 
 def per_rule(jobs: pl.DataFrame) -> pl.DataFrame:

@@ -65,11 +65,10 @@ def faithfulness_rows(influence: pl.DataFrame, checklist_json: Path, jobs: pl.Da
 
 
 def startup_sentence(jobs: pl.DataFrame) -> str:
-    """The jobs' fixed cost: their start-up as each logged it (common/job.py), and its share of their wall time."""
-    logged = int(jobs["startup_s"].is_not_null().sum())
+    """The jobs' fixed cost: their start-up as each logged it (common/io.py), and its share of their wall time."""
+    startup, share, logged = fixed_share(jobs)
     if not logged:
         return "Its jobs did not log their start-up (a version before the jobs did)."
-    startup, share = fixed_share(jobs)
     return (
         f"The start-up of its jobs (interpreter, Snakemake's script preamble and imports, as {logged} of "
         f"{jobs.height} jobs logged it) is {startup:.0f} s, {share:.1%} of their summed wall time: the fixed cost "
