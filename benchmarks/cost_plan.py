@@ -69,8 +69,8 @@ QWEN_7B = {
 }
 PROMPT_TOKENS = 48  # the chat template's and the task's prompt tokens (benchmarks/capture_scaling.py)
 # Per rule, what its work grows with beyond the model (work_units): the steps a job runs through times the tokens per
-# rollout (training, a replay, the influence), the probe completions it samples, or the rollouts it reads. Other
-# rules: per job.
+# rollout (training, a replay, the influence), the probe completions it samples, the rollouts it reads, or those
+# times the draws and target kinds it scores them against (score_model). Other rules: per job.
 WORK = {
     "train_grpo": "train",
     "replay": "replay",
@@ -81,7 +81,7 @@ WORK = {
     "score": "rollouts",
     "prepare": "rollouts",
     "prepare_model": "rollouts",
-    "score_model": "rollouts",
+    "score_model": "model_scores",
     "sketch_gram": "rollouts",
     "sketch_matrix": "rollouts",
     "evaluate": "rollouts",
@@ -117,12 +117,14 @@ def work_units(cfg: dict) -> dict[str, float]:
     tokens = PROMPT_TOKENS + grpo["max_new_tokens"]
     window_end = cfg["planting"]["window"][1] + 1
     measured = max(grpo["steps"] if m == "final" else window_end for m in cfg["replay"]["measure_at"])
+    rollouts = grpo["steps"] * grpo["prompts_per_step"] * grpo["num_generations"]
     return {
         "train": grpo["steps"] * tokens,
         "replay": measured * tokens,
         "influence": influence_end(cfg) * tokens,
         "probes": (probes["n_probes"] + probes["n_plain"]) * targets["samples_per_prompt"] * tokens,
-        "rollouts": grpo["steps"] * grpo["prompts_per_step"] * grpo["num_generations"],
+        "rollouts": rollouts,
+        "model_scores": rollouts * targets["draws"] * len(cfg["evaluation"]["target_kinds"]),
     }
 
 
@@ -318,8 +320,9 @@ def markdown(sizes: list[dict], rows: list[dict], disk: dict, paper_P: int, devi
         "",
         "Rules that run the model: a job's seconds fitted as c + a P over the sizes (largest residual relative to "
         "the measured time), evaluated at the paper's P with the part that grows with P times the work ratio "
-        "(steps run through x tokens per rollout, or probe completions, or rollouts, of a paper job over a reduced "
-        "one). Beside it, a power law through the two largest sizes with their exponent: where the exponent is above 1 "
+        "(steps run through x tokens per rollout, or probe completions, or rollouts, times the draws and target "
+        "kinds for score_model, of a paper job over a reduced one). Beside it, a power law through the two largest "
+        "sizes with their exponent: where the exponent is above 1 "
         "(work that grows faster than the parameters, such as EK-FAC's eigendecompositions) the linear fit "
         "underestimates, and the two bracket the estimate. Peak memory: c + a P as well (the influence job's: plus "
         "the states it holds beyond the reduced run's, 12 bytes per parameter each).",

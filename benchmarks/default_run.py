@@ -1,11 +1,12 @@
 """The default run's wall time at two commits on this machine, one after the other, and whether their tables agree.
 
-    python benchmarks/default_run.py [--baseline HEAD~1] [--candidate HEAD] [--cores 2] [--keep DIR]
+    python benchmarks/default_run.py [--baseline HEAD~1] [--candidate HEAD] [--cores 2] [--configfile F] [--keep DIR]
 
 Each commit is cloned fresh from this repository into a scratch folder and runs `snakemake --cores N` on its own
-config/config.yaml with this checkout's .venv (the commit's own package first on the path), as `make run` does
-after its install. Prints each run's wall time, the ratio, the start-up share of each (report/cost.py), and every
-table under results/default/tables/ and checklist.json that differs between the two (none: "identical").
+config/config.yaml (with `--configfile F` merged over it, as a user passes one: for example the tests' small
+workflow) with this checkout's .venv (the commit's own package first on the path), as `make run` does after its
+install. Prints each run's wall time, the ratio, the start-up share of each (report/cost.py), and every table under
+results/<run>/tables/ and checklist.json that differs between the two (none: "identical").
 """
 
 from __future__ import annotations
@@ -21,24 +22,30 @@ import time
 from pathlib import Path
 
 import polars as pl
+import yaml
 
 from behaviortrace.report.cost import fixed_share, read_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def clean_run(ref: str, folder: Path, cores: int) -> float:
-    """Wall seconds of a default run of `ref` in a fresh clone at `folder`."""
+def clean_run(ref: str, folder: Path, cores: int, configfile: Path | None) -> float:
+    """Wall seconds of a run of `ref` in a fresh clone at `folder` (its default config, `configfile` over it)."""
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(folder)], check=True)
     subprocess.run(["git", "-C", str(folder), "checkout", "--quiet", ref], check=True)
     env = {**os.environ, "PYTHONPATH": str(folder / "src")}
+    more = ["--configfile", str(configfile.resolve())] if configfile else []
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", str(cores)], cwd=folder, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "snakemake", "--cores", str(cores), *more],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     wall = time.perf_counter() - started
     if done.returncode:
-        sys.exit(f"the default run of {ref} failed:\n{done.stderr[-3000:]}")
+        sys.exit(f"the run of {ref} failed:\n{done.stderr[-3000:]}")
     return wall
 
 
@@ -64,15 +71,17 @@ def main() -> None:
     ap.add_argument("--baseline", default="HEAD~1")
     ap.add_argument("--candidate", default="HEAD")
     ap.add_argument("--cores", type=int, default=os.cpu_count())
+    ap.add_argument("--configfile", type=Path, help="a config merged over config/config.yaml (default: none)")
     ap.add_argument("--keep", type=Path, help="keep both clones under this folder (default: removed)")
     args = ap.parse_args()
+    run = yaml.safe_load(args.configfile.read_text()).get("run", "default") if args.configfile else "default"
     scratch = Path(tempfile.mkdtemp(dir=args.keep))
     try:
         walls, runs = {}, {}
         for role, ref in (("baseline", args.baseline), ("candidate", args.candidate)):
             folder = scratch / role
-            walls[role] = clean_run(ref, folder, args.cores)
-            runs[role] = folder / "results" / "default"
+            walls[role] = clean_run(ref, folder, args.cores, args.configfile)
+            runs[role] = folder / "results" / run
             jobs = read_benchmarks(runs[role] / "benchmarks")
             startup, share, logged = fixed_share(jobs)
             fixed = f"start-up {startup:.0f} s ({share:.1%} of job wall)" if logged else "start-up not logged"

@@ -312,3 +312,15 @@ def test_token_cosines_follow_the_direction_the_marker_was_pushed():
     np.testing.assert_array_equal(back[1], null_cos)
     with pytest.raises(ValueError, match="do not match"):
         token_cosines_from_table(table.reverse(), view)
+
+
+def test_an_estimator_that_needs_the_model_without_a_target_is_a_config_error(monkeypatch):
+    """Rule score_model writes the scores of every draw and target kind of a seed, so a module that needs the model
+    must use a target; the config check names the instance's key."""
+    from behaviortrace.estimators import random as random_control
+    from behaviortrace.score import contract
+
+    assert contract.check_params("random", {}) == []
+    monkeypatch.setattr(random_control, "NEEDS_MODEL", True, raising=False)
+    (problem,) = contract.check_params("random", {})
+    assert problem.startswith("config key estimators.random: ") and "NEEDS_MODEL requires USES_TARGET" in problem

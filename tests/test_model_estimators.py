@@ -457,8 +457,8 @@ def test_bad_settings_and_a_missing_library_are_config_errors_naming_the_key(mon
 
 
 def test_model_estimators_run_in_the_workflow_and_are_judged_and_costed_like_the_others(finished_run):
-    """Rule score_model ran the three peers for every seed, draw and target, as rule score ran tracincp; their rows
-    are in the metrics, the checklist, and the results page's cost per instance."""
+    """Rule score_model ran the three peers for every seed, one job per seed for all its draws and targets; their
+    rows are in the metrics, the checklist, and the results page's cost per instance."""
     from behaviortrace.report.cost import per_estimator, read_benchmarks
 
     workdir, raw = finished_run
@@ -470,16 +470,52 @@ def test_model_estimators_run_in_the_workflow_and_are_judged_and_costed_like_the
         # ekfac and trackstar fit once per seed (rule prepare_model), and their cost counts those jobs too.
         rules = "score_model" if name == "dattri_trak" else "prepare_model, score_model"
         fits = 0 if name == "dattri_trak" else n_runs
-        assert costs[name]["rules"] == rules and costs[name]["jobs"] == costs["tracincp"]["jobs"] + fits
+        assert costs[name]["rules"] == rules and costs[name]["jobs"] == n_runs + fits
         assert f"| {name} | {rules} | {costs[name]['jobs']} |" in (out / "results.md").read_text()
         # The job's own log has its progress: no library's logging setup took the log file away.
-        assert f"{name}: checkpoint" in (out / "logs" / "score_model" / f"planted0_{name}_draw0_forced.log").read_text()
+        assert f"{name}: checkpoint" in (out / "logs" / "score_model" / f"planted0_{name}.log").read_text()
     metrics = pl.read_parquet(out / "tables" / "metrics.parquet")
     assert peers <= set(metrics["estimator"].unique())
     import json
 
     verdicts = json.loads((out / "checklist.json").read_text())["estimators"]
     assert peers <= set(verdicts)
+
+
+def test_one_score_model_job_per_seed_scores_each_draw_and_target_as_a_job_of_its_own(finished_run, tmp_path):
+    """The workflow's one score_model job per seed wrote, for every draw and target kind, the scores (bit for bit)
+    that scoring that cell alone gives, as each cell's own job did before."""
+    from behaviortrace.score.stage import score_model_job
+
+    workdir, raw = finished_run
+    out = workdir / "results" / raw["run"]
+    seed, cfg = out / "planted0", typed(raw)
+    here = os.getcwd()
+    os.chdir(workdir)  # the checkpoint manifest's paths are relative to the run's folder
+    try:
+        for draw in range(raw["targets"]["draws"]):
+            for kind in raw["evaluation"]["target_kinds"]:
+                alone = [tmp_path / f"draw{draw}_{kind}{part}.parquet" for part in ("", "_steps")]
+                score_model_job(
+                    cfg,
+                    estimator="dattri_trak",
+                    cells=[(draw, kind)],
+                    rollouts=seed / "rollouts.parquet",
+                    checkpoints=seed / "checkpoints.json",
+                    base_model=out / "base_model",
+                    prepared=None,
+                    target_stores={draw: seed / "targets" / f"draw{draw}.zarr"},
+                    probes=out / "data" / "probe_prompts.parquet",
+                    out_rollouts=alone[:1],
+                    out_steps=alone[1:],
+                )
+                for mine, path in zip(alone, ("", "_steps"), strict=True):
+                    workflows = pl.read_parquet(seed / "scores" / "dattri_trak" / f"draw{draw}_{kind}{path}.parquet")
+                    assert workflows["score"].abs().max() > 0, (draw, kind)
+                    assert pl.read_parquet(mine).equals(workflows), (draw, kind, path)
+    finally:
+        os.chdir(here)
+    assert (out / "benchmarks" / "score_model" / "planted0_dattri_trak.tsv").exists()
 
 
 def test_the_cost_tables_leave_out_instances_the_config_no_longer_names(finished_run):

@@ -274,12 +274,15 @@ def test_a_new_model_estimator_instance_is_scored_in_one_invocation(finished_run
     counts = job_counts(res.stdout + res.stderr)
     n_draws, n_targets = cfg["targets"]["draws"], len(cfg["evaluation"]["target_kinds"])
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
-    assert counts.get("score_model") == n_runs * n_draws * n_targets, counts
+    assert counts.get("score_model") == n_runs, counts  # one job per seed
     assert counts.get("evaluate") == n_runs * n_draws and counts.get("aggregate") == 1, counts
     assert not {"preflight", "base_model", "train_grpo", "score"} & set(counts), counts
     outputs = [line for line in res.stdout.splitlines() if line.strip().startswith("output:") and "/scores/" in line]
     assert counts.get("prepare_model") == n_runs, counts  # trackstar's rollout side, fitted once per seed
     assert len(outputs) == counts["score_model"] + n_runs and all("/scores/trackstar8/" in o for o in outputs)
+    # Each score_model job writes its seed's rollout and step scores of every draw and target kind.
+    scored = [o for o in outputs if "/prepared" not in o]
+    assert len(scored) == n_runs and all(o.count(".parquet") == 2 * n_draws * n_targets for o in scored), scored
 
 
 def test_a_finished_run_is_sketched_again_from_its_checkpoints_without_retraining(finished_run):

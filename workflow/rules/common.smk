@@ -173,6 +173,16 @@ def prepared_model_input(wildcards):
     return PREPARED_MODEL.format(**wildcards) if ESTIMATORS[wildcards.estimator].prepares else []
 
 
+# The (draw, target kind) of each score file a score_model job writes: every one of its seed (estimators that need
+# the model use a target, score/contract.py).
+MODEL_CELLS = [(d, t) for d in DRAWS for t in CFG.evaluation.target_kinds]
+
+
+def model_score_paths(pattern):
+    """`pattern` (SCORES or STEP_SCORES) for each of MODEL_CELLS, with {arm}, {seed} and {estimator} left open."""
+    return [expand(pattern, draw=d, target=t, allow_missing=True)[0] for d, t in MODEL_CELLS]
+
+
 def score_path(pattern, arm, seed, estimator, target, draw):
     """A score file of one estimator: `pattern` (SCORES or STEP_SCORES); controls without a target have one
     file for every draw (UNDRAWN)."""

@@ -80,22 +80,23 @@ rule prepare_model:
 
 
 # An estimator that needs the model (score/model_run.py): the checkpoints, the rollout log and the probe targets,
-# no sketches.
+# no sketches. One job per seed scores every draw and target kind (MODEL_CELLS): each job's imports of torch,
+# transformers and the estimator's library cost seconds.
 rule score_model:
     input:
         rollouts=ROLLOUTS,
         checkpoints=CHECKPOINTS,
         base_model=BASE_MODEL,
         prepared=prepared_model_input,
-        target=score_target_input,
+        targets=expand(TARGET_STORE, draw=DRAWS, allow_missing=True),
         probes=PROBE_PROMPTS,
     output:
-        rollouts=SCORES,
-        steps=STEP_SCORES,
+        rollouts=model_score_paths(SCORES),
+        steps=model_score_paths(STEP_SCORES),
     log:
-        f"{LOGS}/score_model/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.log",
+        f"{LOGS}/score_model/{{arm}}{{seed}}_{{estimator}}.log",
     benchmark:
-        f"{BENCHMARKS}/score_model/{{arm}}{{seed}}_{{estimator}}_draw{{draw}}_{{target}}.tsv"
+        f"{BENCHMARKS}/score_model/{{arm}}{{seed}}_{{estimator}}.tsv"
     wildcard_constraints:
         estimator=MODEL_ESTIMATORS,
     priority: feeds_replay
@@ -107,5 +108,6 @@ rule score_model:
     params:
         config=model_estimator_config,
         code=estimator_code,
+        cells=MODEL_CELLS,
     script:
         "../scripts/score_model.py"

@@ -1,4 +1,4 @@
-"""Rule score_model: one model-needing estimator's scores for one seed, draw and target kind."""
+"""Rule score_model: one model-needing estimator's scores for one seed, every draw and target kind."""
 
 from pathlib import Path
 
@@ -6,18 +6,16 @@ from behaviortrace.common.job import start
 from behaviortrace.score.stage import score_model_job
 
 sm = snakemake  # noqa: F821
-w = sm.wildcards
 score_model_job(
     start(sm, torch_threads=True),
-    estimator=w.estimator,
-    target=w.target,
-    draw=int(w.draw),
+    estimator=sm.wildcards.estimator,
+    cells=[(int(d), t) for d, t in sm.params.cells],
     rollouts=Path(sm.input.rollouts),
     checkpoints=Path(sm.input.checkpoints),
     base_model=Path(sm.input.base_model),
     prepared=Path(sm.input.prepared) if sm.input.prepared else None,
-    target_store=Path(sm.input.target) if sm.input.target else None,
+    target_stores=dict(enumerate(Path(p) for p in sm.input.targets)),  # draws are 0, 1, ...
     probes=Path(sm.input.probes),
-    out_rollouts=Path(sm.output.rollouts),
-    out_steps=Path(sm.output.steps),
+    out_rollouts=[Path(p) for p in sm.output.rollouts],
+    out_steps=[Path(p) for p in sm.output.steps],
 )

@@ -97,6 +97,9 @@ def load(name: str) -> ModuleType:
         raise TypeError(f"estimator module {module.__name__} lacks {', '.join(missing)} (see score/contract.py)")
     if module.STEP_AGGREGATE not in AGGREGATES:
         raise TypeError(f"estimator module {module.__name__}: STEP_AGGREGATE must be one of {AGGREGATES}")
+    if getattr(module, "NEEDS_MODEL", False) and not module.USES_TARGET:
+        # Rule score_model writes every draw and target kind of a seed in one job, so its files are fixed.
+        raise TypeError(f"estimator module {module.__name__}: NEEDS_MODEL requires USES_TARGET = True")
     return module
 
 

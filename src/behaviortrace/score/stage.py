@@ -1,5 +1,5 @@
 """Rules prepare, prepare_model, score and score_model: an estimator's per-seed preparation, and its scores for one
-seed, draw and target kind."""
+seed, draw and target kind (score_model: for every draw and target kind of one seed)."""
 
 from __future__ import annotations
 
@@ -76,28 +76,33 @@ def score_model_job(
     cfg: Config,
     *,
     estimator: str,
-    target: str,
-    draw: int,
+    cells: list[tuple[int, str]],
     rollouts: Path,
     checkpoints: Path,
     base_model: Path,
     prepared: Path | None,
-    target_store: Path | None,
+    target_stores: dict[int, Path],
     probes: Path,
-    out_rollouts: Path,
-    out_steps: Path,
+    out_rollouts: list[Path],
+    out_steps: list[Path],
 ) -> None:
-    """Run an estimator that needs the model (score/model_run.py) and write its rollout and step scores.
+    """Run an estimator that needs the model (score/model_run.py) for each (draw, target kind) of `cells` and write
+    its rollout and step scores to the matching output files.
 
-    A library's own files go to a scratch folder beside the outputs, removed when the job ends (and by the next
-    attempt, where a killed one left it)."""
+    One job scores every cell of a seed because each such job spends seconds importing torch, transformers and the
+    estimator's library. Each cell gets its own ModelRun and scratch folder, as when each had its own job, so its
+    scores are the same; a library's files go to a scratch folder beside the outputs, removed when the cell ends
+    (and by the next attempt, where a killed one left it)."""
     # Here, not at the top: the score and prepare jobs of this module read sketches and logs only, and importing
     # torch and transformers cost each of them seconds.
     from behaviortrace.score.model_run import ModelRun, ModelTarget
 
-    with scratch_dir(out_rollouts.parent / f".scratch-{out_rollouts.stem}") as scratch:
-        run = ModelRun(cfg, rollouts, checkpoints, base_model, scratch)
-        tgt = ModelTarget.load(cfg, target, draw, target_store, probes, run) if target != "none" else None
-        roll, steps = contract.run(estimator, cfg.estimators[estimator], run, tgt, prepared=prepared)
-    atomic_write_parquet(roll, out_rollouts)
-    atomic_write_parquet(steps, out_steps)
+    for (draw, target), out_roll, out_step in zip(cells, out_rollouts, out_steps, strict=True):
+        started = time.time()
+        with scratch_dir(out_roll.parent / f".scratch-{out_roll.stem}") as scratch:
+            run = ModelRun(cfg, rollouts, checkpoints, base_model, scratch)
+            tgt = ModelTarget.load(cfg, target, draw, target_stores[draw], probes, run)
+            roll, steps = contract.run(estimator, cfg.estimators[estimator], run, tgt, prepared=prepared)
+        atomic_write_parquet(roll, out_roll)
+        atomic_write_parquet(steps, out_step)
+        log.info("%s: draw %d, %s target scored in %.1f s", estimator, draw, target, time.time() - started)
