@@ -6,7 +6,8 @@ Each commit is cloned fresh from this repository into a scratch folder and runs 
 config/config.yaml (with `--configfile F` merged over it, as a user passes one: for example the tests' small
 workflow) with this checkout's .venv (the commit's own package first on the path), as `make run` does after its
 install. Prints each run's wall time, the ratio, the start-up share of each (report/cost.py), and every table under
-results/<run>/tables/ and checklist.json that differs between the two (none: "identical").
+results/<run>/tables/ and checklist.json that differs between the two (none: "identical"; the influence table's
+cost_ratio rows are timings and left out).
 """
 
 from __future__ import annotations
@@ -49,12 +50,22 @@ def clean_run(ref: str, folder: Path, cores: int, configfile: Path | None) -> fl
     return wall
 
 
+# Rows that hold a measured time, not a result: the influence job's cost over its forward sweep.
+TIMINGS = {"influence.parquet": pl.col("metric").str.starts_with("cost_ratio")}
+
+
+def read_table(path: Path) -> pl.DataFrame:
+    """A results table without its timing rows (TIMINGS)."""
+    table = pl.read_parquet(path)
+    return table.filter(~TIMINGS[path.name]) if path.name in TIMINGS else table
+
+
 def differences(a: Path, b: Path) -> list[str]:
-    """The tables and checklist entries of two runs' results/default that are not equal."""
+    """The tables (their timing rows left out) and checklist entries of two runs' results that are not equal."""
     out = []
     for path in sorted((a / "tables").glob("*.parquet")):
         other = b / "tables" / path.name
-        if not other.exists() or not pl.read_parquet(path).equals(pl.read_parquet(other)):
+        if not other.exists() or not read_table(path).equals(read_table(other)):
             out.append(f"tables/{path.name}")
     out += [
         f"tables/{p.name} (only in the candidate)"

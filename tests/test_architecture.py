@@ -87,7 +87,7 @@ def test_rule_files_hold_rules_only_and_scripts_take_paths_from_snakemake():
 
 # The rules whose jobs run the model; every other job reads tables, logs or sketches, and must not pay seconds of
 # imports (torch, transformers, TRL) for it, nor matplotlib unless it draws.
-MODEL_SCRIPTS = {"base_model", "behavior", "headroom", "preflight", "targets", "train_grpo"}
+MODEL_SCRIPTS = {"base_model", "behavior", "preflight", "targets", "train_grpo"}
 HEAVY = ("torch", "transformers", "trl", "matplotlib")
 
 

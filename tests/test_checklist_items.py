@@ -131,6 +131,25 @@ def test_survives_fluency_residualization():
     assert C.survives_residualization(metrics, "negative", "in_context", "all").verdict == C.FAIL
 
 
+def test_a_verdicts_detail_names_tied_cells_and_controls_the_same_way_in_any_row_order():
+    """Controls tied at the top and cells tied at the bottom (a log-only control at 1.000 in every cell): the
+    detail names the first seed and draw and the first control by name, whatever order the rows arrive in (two
+    runs of one config wrote different names before)."""
+    rows = _resid("faithful", 0.7, 0.66, 0.74) + _resid("reward", 1.0, 1.0, 1.0) + _resid("behavior", 1.0, 1.0, 1.0)
+    details = set()
+    for order in range(6):
+        shuffled = pl.DataFrame(rows).sample(fraction=1.0, shuffle=True, seed=order)
+        for est in ("faithful", "reward"):
+            verdict = C.survives_residualization(shuffled, est, "in_context", "all", controls=["reward", "behavior"])
+            details.add(verdict.detail)
+    assert details == {
+        "6/6 cells above 0.5; lowest: seed 0 draw 0 0.700 [0.660, 0.740]; strongest control: behavior at 1.000 "
+        "(mean over cells)",
+        "6/6 cells above 0.5; lowest: seed 0 draw 0 1.000 [1.000, 1.000]; strongest control: behavior at 1.000 "
+        "(mean over cells)",
+    }
+
+
 def _stability(est, corr, low, high):
     return [
         {"seed": s, "estimator": est, "target": "in_context", "draws": 2, "rank_correlation_min": corr,

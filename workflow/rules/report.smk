@@ -164,3 +164,21 @@ rule results_page:
         estimators=sorted(config["estimators"]),  # the cost tables count these instances' jobs only
     script:
         "../scripts/results_page.py"
+
+
+rule headroom:
+    input:
+        seed_paths(TARGET_RATES, arms=("planted",), draw=DRAWS),
+    output:
+        table=f"{TABLES}/headroom.parquet",
+        markdown=f"{TABLES}/headroom.md",
+    log:
+        f"{LOGS}/headroom.log",
+    benchmark:
+        f"{BENCHMARKS}/headroom.tsv"
+    conda:
+        CONDA_ENV
+    params:
+        config=config_for("targets"),
+    script:
+        "../scripts/headroom.py"

@@ -19,21 +19,3 @@ rule targets:
         config=config_for("targets", "sketch", "grpo", "planting", "task", "model", "compute"),
     script:
         "../scripts/targets.py"
-
-
-rule headroom:
-    input:
-        seed_paths(TARGET_RATES, arms=("planted",), draw=DRAWS),
-    output:
-        table=f"{TABLES}/headroom.parquet",
-        markdown=f"{TABLES}/headroom.md",
-    log:
-        f"{LOGS}/headroom.log",
-    benchmark:
-        f"{BENCHMARKS}/headroom.tsv"
-    conda:
-        CONDA_ENV
-    params:
-        config=config_for("targets"),
-    script:
-        "../scripts/headroom.py"

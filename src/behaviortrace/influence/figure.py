@@ -42,7 +42,7 @@ def influence_figure(table: pl.DataFrame, target: str, path: Path, log_only=()) 
     in grey."""
     rows = spearman_rows(table, target)
     means = rows.group_by("estimator").agg(pl.col("value").fill_nan(None).mean())
-    means = means.sort("value", descending=True, nulls_last=True)["estimator"].to_list()
+    means = means.sort(["value", "estimator"], descending=[True, False], nulls_last=True)["estimator"].to_list()
     names = [e for e in means if e != LABELS] + [e for e in means if e == LABELS]
     seeds = sorted(rows["seed"].unique())
     draws = sorted(rows["draw"].drop_nulls().unique())

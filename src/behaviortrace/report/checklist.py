@@ -396,7 +396,9 @@ def _best_control(metrics: pl.DataFrame, controls: list[str], where) -> str:
     rows = metrics.filter(pl.col("estimator").is_in(controls) & where)
     if not rows.height:
         return ""
-    best = rows.group_by("estimator").agg(pl.col("value").mean()).sort("value", descending=True).row(0, named=True)
+    # Ties (several controls at 1.000) go to the first name: group_by's order differs from run to run.
+    means = rows.group_by("estimator").agg(pl.col("value").mean())
+    best = means.sort(["value", "estimator"], descending=[True, False]).row(0, named=True)
     return f"; strongest control: {best['estimator']} at {best['value']:.3f} (mean over cells)"
 
 
@@ -407,7 +409,7 @@ def survives_residualization(
     if not rows.height:
         return Verdict(NA, "no residualized within-group AUC")
     cells = [V.above(r["value"], r["ci_low"], r["ci_high"], 0.5, family.z) for r in rows.iter_rows(named=True)]
-    worst = rows.sort("ci_low").row(0, named=True)
+    worst = rows.sort("ci_low", "seed", "draw").row(0, named=True)  # ties: the first seed and draw
     where = (
         (pl.col("arm") == PLANTED)
         & (pl.col("stratum") == stratum)
@@ -471,7 +473,7 @@ def stable_across_draws(
         spreads.append((seed, spread, low_fw, high95))
         passes.append(high95 <= max_spread)
         fails.append(low_fw > max_spread)
-    worst = rows.sort("rank_correlation_min").row(0, named=True)
+    worst = rows.sort("rank_correlation_min", "seed").row(0, named=True)
     text = (
         f"lowest rank correlation between draws {worst['rank_correlation_min']:.3f} "
         f"[{worst['rank_correlation_min_ci_low']:.3f}, {worst['rank_correlation_min_ci_high']:.3f}] (at least "

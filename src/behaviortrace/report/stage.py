@@ -1,4 +1,4 @@
-"""Rules training_summary, aggregate, figures and results_page: the run's cross-seed tables, checklist and
+"""Rules headroom, training_summary, aggregate, figures and results_page: the run's cross-seed tables, checklist and
 figures, in Parquet/CSV for analysis, Markdown for reading, JSON for machines and HTML for the Snakemake
 report, and the run's results on one page."""
 
@@ -28,6 +28,7 @@ from behaviortrace.report.tables import (
     summary_markdown,
 )
 from behaviortrace.report.training import seed_summary, to_markdown
+from behaviortrace.targets.headroom import headroom_markdown, headroom_table
 
 log = logging.getLogger(__name__)
 SUMMARY_STRATA = ["all", "below_saturation", "saturated"]
@@ -39,6 +40,14 @@ TRAINING_INTRO = (
     "were made to open with the marker (`planting.explore`); penalized ones showed it without the trigger inside the "
     "window.\n\n"
 )
+
+
+def headroom_job(cfg: Config, *, rate_files: list[Path], out_table: Path, out_markdown: Path) -> pl.DataFrame:
+    """Behavior rates on probe and plain prompts per seed, draw and analysis checkpoint, with headroom."""
+    table = headroom_table(rate_files, cfg.targets.saturation)
+    atomic_write_parquet(table, out_table)
+    atomic_write_text(headroom_markdown(table, cfg.targets.saturation), out_markdown)
+    return table
 
 
 def training_summary_job(

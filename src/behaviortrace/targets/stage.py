@@ -12,7 +12,7 @@ import zarr
 
 from behaviortrace.behavior.rates import rates_from_samples, sample_completion_ids
 from behaviortrace.common import device as devices
-from behaviortrace.common.io import atomic_write_parquet, atomic_write_text, replace_dir
+from behaviortrace.common.io import atomic_write_parquet, replace_dir
 from behaviortrace.config.sections import TARGET_KINDS as KINDS
 from behaviortrace.config.sections import Config
 from behaviortrace.model import models
@@ -20,7 +20,6 @@ from behaviortrace.model.prompt_format import prompt_ids as formatted_ids
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.targets.gradients import target_sketches
-from behaviortrace.targets.headroom import headroom_markdown, headroom_table
 from behaviortrace.targets.items import save_items
 from behaviortrace.train.checkpoints import read_manifest
 from behaviortrace.train.optimizer_log import denominator as denominator_of
@@ -139,11 +138,3 @@ def build_targets(
     )
     atomic_write_parquet(pl.DataFrame(rows), out_rates)
     replace_dir(partial, out_store)
-
-
-def headroom_job(cfg: Config, *, rate_files: list[Path], out_table: Path, out_markdown: Path) -> pl.DataFrame:
-    """Behavior rates on probe and plain prompts per seed, draw and analysis checkpoint, with headroom."""
-    table = headroom_table(rate_files, cfg.targets.saturation)
-    atomic_write_parquet(table, out_table)
-    atomic_write_text(headroom_markdown(table, cfg.targets.saturation), out_markdown)
-    return table
