@@ -12,7 +12,10 @@ its steps (AdamW's divisor, the projection, the whitening, the cosine) done dens
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import polars as pl
@@ -482,39 +485,53 @@ def test_model_estimators_run_in_the_workflow_and_are_judged_and_costed_like_the
     assert peers <= set(verdicts)
 
 
+# One cell scored as its own score_model job did: a fresh process on the job's one thread (threads: 1).
+_SCORE_ALONE = """
+import json, sys
+from pathlib import Path
+from behaviortrace.common.device import set_threads
+from behaviortrace.config.sections import Config
+from behaviortrace.score.stage import score_model_job
+
+a = json.loads(sys.argv[1])
+set_threads(1)
+out, seed = Path(a["out"]), Path(a["out"]) / "planted0"
+score_model_job(
+    Config.from_dict(a["config"]),
+    estimator="dattri_trak",
+    cells=[(a["draw"], a["kind"])],
+    rollouts=seed / "rollouts.parquet",
+    checkpoints=seed / "checkpoints.json",
+    base_model=out / "base_model",
+    prepared=None,
+    target_stores={a["draw"]: seed / "targets" / f"draw{a['draw']}.zarr"},
+    probes=out / "data" / "probe_prompts.parquet",
+    out_rollouts=[Path(a["dest"]) / "rollouts.parquet"],
+    out_steps=[Path(a["dest"]) / "steps.parquet"],
+)
+"""
+
+
 def test_one_score_model_job_per_seed_scores_each_draw_and_target_as_a_job_of_its_own(finished_run, tmp_path):
     """The workflow's one score_model job per seed wrote, for every draw and target kind, the scores (bit for bit)
-    that scoring that cell alone gives, as each cell's own job did before."""
-    from behaviortrace.score.stage import score_model_job
-
+    that scoring that cell alone gives, in a process of its own, as each cell's own job did before."""
     workdir, raw = finished_run
     out = workdir / "results" / raw["run"]
-    seed, cfg = out / "planted0", typed(raw)
-    here = os.getcwd()
-    os.chdir(workdir)  # the checkpoint manifest's paths are relative to the run's folder
-    try:
-        for draw in range(raw["targets"]["draws"]):
-            for kind in raw["evaluation"]["target_kinds"]:
-                alone = [tmp_path / f"draw{draw}_{kind}{part}.parquet" for part in ("", "_steps")]
-                score_model_job(
-                    cfg,
-                    estimator="dattri_trak",
-                    cells=[(draw, kind)],
-                    rollouts=seed / "rollouts.parquet",
-                    checkpoints=seed / "checkpoints.json",
-                    base_model=out / "base_model",
-                    prepared=None,
-                    target_stores={draw: seed / "targets" / f"draw{draw}.zarr"},
-                    probes=out / "data" / "probe_prompts.parquet",
-                    out_rollouts=alone[:1],
-                    out_steps=alone[1:],
+    for draw in range(raw["targets"]["draws"]):
+        for kind in raw["evaluation"]["target_kinds"]:
+            dest = tmp_path / f"draw{draw}_{kind}"
+            args = {"config": raw, "out": str(out), "draw": draw, "kind": kind, "dest": str(dest)}
+            # From the run's folder: the checkpoint manifest's paths are relative to it.
+            done = subprocess.run(
+                [sys.executable, "-c", _SCORE_ALONE, json.dumps(args)], cwd=workdir, capture_output=True, text=True
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+            for part, suffix in (("rollouts", ""), ("steps", "_steps")):
+                workflows = pl.read_parquet(
+                    out / "planted0" / "scores" / "dattri_trak" / f"draw{draw}_{kind}{suffix}.parquet"
                 )
-                for mine, path in zip(alone, ("", "_steps"), strict=True):
-                    workflows = pl.read_parquet(seed / "scores" / "dattri_trak" / f"draw{draw}_{kind}{path}.parquet")
-                    assert workflows["score"].abs().max() > 0, (draw, kind)
-                    assert pl.read_parquet(mine).equals(workflows), (draw, kind, path)
-    finally:
-        os.chdir(here)
+                assert workflows["score"].abs().max() > 0, (draw, kind)
+                assert pl.read_parquet(dest / f"{part}.parquet").equals(workflows), (draw, kind, part)
     assert (out / "benchmarks" / "score_model" / "planted0_dattri_trak.tsv").exists()
 
 
