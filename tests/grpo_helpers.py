@@ -19,7 +19,8 @@ from behaviortrace.model import models
 from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.sketch.store import read_rows
 from behaviortrace.train import grpo
-from behaviortrace.train.stage import capture_factory, finalize, training_model
+from behaviortrace.train.outputs import finalize
+from behaviortrace.train.stage import capture_factory, training_model
 from behaviortrace.train.trl_surface import rollout_losses
 
 

@@ -14,7 +14,7 @@ def test_training_and_the_influence_are_refused_where_the_disk_cannot_hold_what_
 ):
     from behaviortrace.influence.stage import check_disk as influence_check
     from behaviortrace.model import models
-    from behaviortrace.train.stage import check_disk as train_check
+    from behaviortrace.train.checkpoints import check_disk as train_check
 
     model = models.load(base_model_dir, cpu)[0]
     params = sum(p.numel() for p in model.parameters())

@@ -18,10 +18,21 @@ def test_hooked_methods_keep_their_signatures():
         assert list(inspect.signature(getattr(GRPOTrainer, name)).parameters) == params, name
 
 
-def test_the_hooked_trainer_overrides_only_the_pinned_private_methods():
-    base = trl_surface.hooked_trainer_base()
-    overridden = {name for name in vars(base) if name.startswith("_") and not name.startswith("__")}
-    assert overridden <= set(trl_surface.HOOKED_METHODS), overridden - set(trl_surface.HOOKED_METHODS)
+def test_installing_hooks_replaces_exactly_the_pinned_private_methods_and_calls_the_hooks():
+    calls = []
+
+    class Seen(trl_surface.Hooks):
+        def before_clip(self):
+            calls.append("before_clip")
+
+        def on_clip(self, grad_norm):
+            calls.append(grad_norm)
+
+    trainer = type("Stand", (), {n: (lambda self, *a: 2.5) for n in trl_surface.HOOKED_METHODS})()
+    trl_surface.install_hooks(trainer, Seen())
+    assert set(vars(trainer)) == set(trl_surface.HOOKED_METHODS)
+    assert trainer._clip_grad_norm(None) == 2.5 and calls == ["before_clip", 2.5]
+    assert set(vars(trl_surface.hooked_trainer_base())) - {"__module__", "__qualname__", "__doc__"} == {"__init__"}
 
 
 def test_generation_output_carries_the_fields_the_logger_reads():

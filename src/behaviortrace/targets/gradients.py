@@ -58,27 +58,43 @@ def target_sketches(
     The gradients are taken in `device`'s precision (common/device.py: under bf16 autocast for compute.dtype
     bfloat16, as training's were); the sketch map's arithmetic stays outside autocast.
     """
-    out = {}
     items = {
         "in_context": in_context_items(prompt_ids, samples, tokenizer, marker, marker_ids),
         "forced": forced_items(prompt_ids, marker_ids),
     }
-    for kind, its in items.items():
-        zeros = torch.zeros(smap.k, device=smap.device)
-        if its:
-            with autocast(device or {"dtype": "float32"}):
-                grads = logprob_gradient(model, tokenizer, its, temperature, chunk)
-            sketch, sq = smap.sketch_dense(grads)
-        else:
-            grads, sketch, sq = None, zeros, 0.0
-        adam = zeros
-        if grads and denominator is not None:
-            adam = smap.sketch_dense({n: g / denominator[n] for n, g in grads.items()})[0]
-        out[kind] = {
-            "sketch": sketch.cpu().numpy(),
-            "norm": sq**0.5,
-            "n": len(its),
-            "adam_sketch": adam.cpu().numpy(),
-            "items": its,
-        }
-    return out
+    return {
+        kind: items_sketch(model, tokenizer, smap, its, temperature, chunk, denominator, device)
+        for kind, its in items.items()
+    }
+
+
+def items_sketch(
+    model,
+    tokenizer,
+    smap: SketchMap,
+    items: list[tuple[list[int], list[int], list[int]]],
+    temperature: float,
+    chunk: int,
+    denominator: dict[str, torch.Tensor] | None = None,
+    device: dict | None = None,
+) -> dict:
+    """One target from its items (prompt ids, completion ids, scored positions): the sketch and exact norm of the
+    gradient of their mean log-prob, and with `denominator` its sketch divided by it (see `target_sketches`);
+    zeros for no items. A target of your own (api.py) is made here too."""
+    zeros = torch.zeros(smap.k, device=smap.device)
+    if items:
+        with autocast(device or {"dtype": "float32"}):
+            grads = logprob_gradient(model, tokenizer, items, temperature, chunk)
+        sketch, sq = smap.sketch_dense(grads)
+    else:
+        grads, sketch, sq = None, zeros, 0.0
+    adam = zeros
+    if grads and denominator is not None:
+        adam = smap.sketch_dense({n: g / denominator[n] for n, g in grads.items()})[0]
+    return {
+        "sketch": sketch.cpu().numpy(),
+        "norm": sq**0.5,
+        "n": len(items),
+        "adam_sketch": adam.cpu().numpy(),
+        "items": items,
+    }

@@ -22,8 +22,7 @@ from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.targets.gradients import target_sketches
 from behaviortrace.targets.items import save_items
 from behaviortrace.train.checkpoints import read_manifest
-from behaviortrace.train.optimizer_log import denominator as denominator_of
-from behaviortrace.train.optimizer_log import load_preconditioner
+from behaviortrace.train.optimizer_log import checkpoint_denominator
 
 log = logging.getLogger(__name__)
 
@@ -77,16 +76,8 @@ def build_targets(
                 }
             )
         prompt_ids = formatted_ids(tokenizer, probes["prompt"].to_list())
-        denominator = None
-        if step in adam_files:
-            saved = load_preconditioner(adam_files[step])
-            if saved["adam_step"] != step + 1:
-                raise RuntimeError(
-                    f"{adam_files[step]}: AdamW had made {saved['adam_step']} updates after step {step}, expected "
-                    f"{step + 1}; retrain this seed"
-                )
-            denominator = denominator_of(saved, smap.device)
-            adam_meta = {"beta1": saved["beta1"], "beta2": saved["beta2"], "eps": saved["eps"]}
+        denominator, meta = checkpoint_denominator(adam_files.get(step), step, smap.device)
+        adam_meta = meta or adam_meta
         has_adam.append(denominator is not None)
         found = target_sketches(
             model,

@@ -8,7 +8,9 @@ import re
 import shutil
 from pathlib import Path
 
+from behaviortrace.common.disk import require_free_disk
 from behaviortrace.common.io import atomic_write_text
+from behaviortrace.config.sections import Config
 
 COMPLETE = "CHECKPOINT_COMPLETE"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
@@ -85,3 +87,16 @@ def read_manifest(path: Path) -> tuple[dict[int, Path], dict[int, Path]]:
     entries = json.loads(Path(path).read_text())["checkpoints"]
     checkpoints = {int(e["step"]): Path(e["path"]) for e in sorted(entries, key=lambda e: e["step"])}
     return checkpoints, {int(e["step"]): Path(e["adam"]) for e in entries if e.get("adam")}
+
+
+def check_disk(cfg: Config, model, train_dir: Path) -> None:
+    """Every checkpoint still to save holds the trainable weights in float32 and AdamW's second moment (8 bytes per
+    parameter), and the newest also the whole optimizer state (8 more, twice while it is replaced): refused before
+    the first step where the disk cannot hold them."""
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    done = complete_checkpoints(train_dir) if train_dir.exists() else {}
+    saves = saved_steps(cfg.grpo.steps, cfg.grpo.save_every, cfg.planting.end_checkpoint(cfg.grpo.steps))
+    left = sum(s not in done for s in saves)
+    need = 8 * params * left + 16 * params
+    what = f"{left} checkpoints of {params:,} trainable parameters (8 bytes each per checkpoint, 16 for the optimizer)"
+    require_free_disk(train_dir, need, what, "grpo.save_every (fewer checkpoints)")

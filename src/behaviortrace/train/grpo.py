@@ -49,7 +49,7 @@ from behaviortrace.train.checkpoints import (
 from behaviortrace.train.effect import ForcedTargetProbe
 from behaviortrace.train.optimizer_log import SavePreconditioner, step_facts
 from behaviortrace.train.rolloutlog import RolloutLog
-from behaviortrace.train.trl_surface import grpo_args, hooked_trainer_base
+from behaviortrace.train.trl_surface import Hooks, grpo_args, hooked_trainer_base
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +80,76 @@ def make_reward_funcs(base_reward: str, planting: Planting, seed: int, batch_siz
     return [base_reward_fn, planted_bonus, plain_penalty]
 
 
-class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
+class StepLogging(Hooks):
+    """The hooks every rollout logger shares (the workflow's trainer, and api.py's Capture on a trainer of your own):
+    train-time capture around TRL's loss pass, the step's sketches and forced target before clipping, the step log
+    after it, and the log flushed before each checkpoint. `log_batch` takes a generation batch's rows."""
+
+    trainer = None  # the GRPOTrainer whose steps these are
+    rollout_log: RolloutLog
+    capture = None  # a sketch.capture.TrainCapture, or None
+    probe: ForcedTargetProbe | None = None  # measures the forced target at each step's weights, or None
+
+    def log_batch(self, rows: list[dict], lr: float, num_items: int) -> None:
+        """Log a training generation batch's rows (one per rollout) and keep them for its step's capture."""
+        self.rollout_log.add_rollouts(rows)
+        self._step_rows = rows
+        self._step_row = {
+            "step": self.trainer.state.global_step,
+            "lr": lr,
+            "num_items_in_batch": num_items,
+            "n_rollouts": len(rows),
+        }
+
+    def loss_pass(self, inputs: dict):
+        if self.capture is None or not self.trainer.model.training:
+            return nullcontext()
+        return self.capture.recording(self.trainer.state.global_step, inputs)
+
+    def before_clip(self) -> None:
+        # The weights the step's gradient was taken at, before its update: f(w_t).
+        self._step_row["target_logprob"] = self.probe(self.trainer.model) if self.probe is not None else float("nan")
+        if self.capture is not None:
+            rows = pl.DataFrame(self._step_rows).select("rollout_id", "prompt_ids", "completion_ids", "advantage")
+            self.capture.capture(
+                self.trainer.state.global_step, rows, self._step_row["num_items_in_batch"], self.trainer.model
+            )
+
+    def on_clip(self, grad_norm: float) -> None:
+        max_norm = self.trainer.args.max_grad_norm
+        clip_coef = min(1.0, max_norm / (grad_norm + 1e-6))
+        self.rollout_log.add_step(
+            {
+                **self._step_row,
+                "grad_norm": grad_norm,
+                "clip_coef": clip_coef,
+                "max_grad_norm": max_norm,
+                **step_facts(self.trainer.optimizer),
+            }
+        )
+        if self.capture is not None:
+            self.capture.commit(self.trainer.state.global_step, self._step_row["lr"], clip_coef, grad_norm)
+
+    def before_checkpoint(self) -> None:
+        # Rows and captured steps first: a checkpoint that exists always has them on disk.
+        self.rollout_log.flush(self.trainer.state.global_step)
+        if self.capture is not None:
+            self.capture.flush()
+
+    def after_checkpoint(self, path: Path) -> None:
+        mark_complete(path)
+        for step, older in complete_checkpoints(Path(self.trainer.args.output_dir)).items():
+            if step < self.trainer.state.global_step:
+                (older / "optimizer.pt").unlink(missing_ok=True)  # only the newest is ever resumed from
+        log.info("saved checkpoint %s", path.name)
+
+
+class RolloutLoggingGRPOTrainer(StepLogging, hooked_trainer_base()):
     """GRPOTrainer that hands every training rollout, with TRL's own rewards and advantages, to a RolloutLog."""
+
+    @property
+    def trainer(self):
+        return self  # it hooks itself
 
     def __init__(
         self,
@@ -199,54 +267,7 @@ class RolloutLoggingGRPOTrainer(hooked_trainer_base()):
                     "checkpoint_step": ckpt,
                 }
             )
-        self.rollout_log.add_rollouts(rows)
-        self._step_rows = rows
-        self._step_row = {
-            "step": step,
-            "lr": lr,
-            "num_items_in_batch": int(out["num_items_in_batch"]),
-            "n_rollouts": batch,
-        }
-
-    def loss_pass(self, inputs: dict):
-        if self.capture is None or not self.model.training:
-            return nullcontext()
-        return self.capture.recording(self.state.global_step, inputs)
-
-    def before_clip(self) -> None:
-        # The weights the step's gradient was taken at, before its update: f(w_t).
-        self._step_row["target_logprob"] = self.probe(self.model) if self.probe is not None else float("nan")
-        if self.capture is not None:
-            rows = pl.DataFrame(self._step_rows).select("rollout_id", "prompt_ids", "completion_ids", "advantage")
-            self.capture.capture(self.state.global_step, rows, self._step_row["num_items_in_batch"], self.model)
-
-    def on_clip(self, grad_norm: float) -> None:
-        max_norm = self.args.max_grad_norm
-        clip_coef = min(1.0, max_norm / (grad_norm + 1e-6))
-        self.rollout_log.add_step(
-            {
-                **self._step_row,
-                "grad_norm": grad_norm,
-                "clip_coef": clip_coef,
-                "max_grad_norm": max_norm,
-                **step_facts(self.optimizer),
-            }
-        )
-        if self.capture is not None:
-            self.capture.commit(self.state.global_step, self._step_row["lr"], clip_coef, grad_norm)
-
-    def before_checkpoint(self) -> None:
-        # Rows and captured steps first: a checkpoint that exists always has them on disk.
-        self.rollout_log.flush(self.state.global_step)
-        if self.capture is not None:
-            self.capture.flush()
-
-    def after_checkpoint(self, path: Path) -> None:
-        mark_complete(path)
-        for step, older in complete_checkpoints(Path(self.args.output_dir)).items():
-            if step < self.state.global_step:
-                (older / "optimizer.pt").unlink(missing_ok=True)  # only the newest is ever resumed from
-        log.info("saved checkpoint %s", path.name)
+        self.log_batch(rows, lr, int(out["num_items_in_batch"]))
 
 
 class SaveAt(TrainerCallback):

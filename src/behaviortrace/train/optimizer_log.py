@@ -88,3 +88,17 @@ def denominator(saved: dict, device="cpu") -> dict[str, torch.Tensor]:
     """AdamW's per-coordinate divisor sqrt(v / (1 - beta2^n)) + eps, as torch.optim.AdamW computes it."""
     correction = (1 - saved["beta2"] ** saved["adam_step"]) ** 0.5
     return {name: (v.to(device).sqrt() / correction).add_(saved["eps"]) for name, v in saved["exp_avg_sq"].items()}
+
+
+def checkpoint_denominator(path: Path | None, step: int, device="cpu") -> tuple[dict[str, torch.Tensor] | None, dict]:
+    """AdamW's divisor at checkpoint `step` from its saved second moment at `path` (None: none saved), and the
+    optimizer's betas and eps; refuses a file saved after another number of updates."""
+    if path is None:
+        return None, {}
+    saved = load_preconditioner(path)
+    if saved["adam_step"] != step + 1:
+        raise RuntimeError(
+            f"{path}: AdamW had made {saved['adam_step']} updates after step {step}, expected {step + 1}; "
+            "retrain this seed"
+        )
+    return denominator(saved, device), {"beta1": saved["beta1"], "beta2": saved["beta2"], "eps": saved["eps"]}

@@ -2,9 +2,10 @@
 
 - `HOOKED_METHODS`: the private GRPOTrainer methods the rollout logger overrides, with their
   signatures; `tests/test_trl_surface.py` fails when an upgrade changes them.
-- `hooked_trainer_base()`: a GRPOTrainer whose private steps call named hooks (`on_rewards`,
-  `on_generation_batch`, `explores`, `forced_rows`, `loss_pass`, `before_clip`, `on_clip`, `before_checkpoint`,
-  `after_checkpoint`), so the rest of the code never overrides a private method itself.
+- `install_hooks(trainer, hooks)`: routes a GRPOTrainer's private steps through the named hooks of `Hooks`
+  (`on_rewards`, `on_generation_batch`, `explores`, `forced_rows`, `loss_pass`, `before_clip`, `on_clip`,
+  `before_checkpoint`, `after_checkpoint`), so the rest of the code never overrides a private method itself;
+  `hooked_trainer_base()` is a GRPOTrainer that hooks itself.
 - The fused LM head TRL computes its loss's log-probs with (`FUSED_HEAD_FLAG`, `fused_head_backbone`,
   `fused_head_transform`, `fused_head_unsupported`), and `ROW_KEY`, which follows each row through TRL's
   shuffle of a generation batch: what sketch/loss_pass.py needs to read per-rollout gradients off TRL's
@@ -63,87 +64,117 @@ ROW_KEY = "behaviortrace_row"
 GENERATION_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch")
 
 
+class Hooks:
+    """What `install_hooks` calls, as no-ops: a subclass fills in the hooks it needs."""
+
+    def on_rewards(self, completions: list, completion_ids: list, rewards) -> None:
+        """The [N, reward functions] rewards TRL computed, with the raw completions."""
+
+    def on_generation_batch(self, inputs: list[dict], out: dict) -> None:
+        """A training generation batch: TRL's token ids, masks and advantages (GENERATION_KEYS)."""
+
+    def explores(self) -> bool:
+        """Whether `forced_rows` may ask for rows of a training generation batch to be generated again."""
+        return False
+
+    def forced_rows(self, inputs: list[dict], completion_ids: list[list[int]]) -> tuple[list[int], list[int]]:
+        """Rows of a training generation batch to generate again, and the token ids they must open with."""
+        return [], []
+
+    def loss_pass(self, inputs: dict):
+        """A context around TRL's loss forward of a step (its backward runs right after the context)."""
+        return nullcontext()
+
+    def before_clip(self) -> None:
+        """The step's gradient is in the parameters' `.grad`, not yet clipped or applied."""
+
+    def on_clip(self, grad_norm: float) -> None:
+        """The step's gradient norm before clipping."""
+
+    def before_checkpoint(self) -> None:
+        """Called before a checkpoint is written."""
+
+    def after_checkpoint(self, path: Path) -> None:
+        """Called after a checkpoint is written."""
+
+
+def install_hooks(trainer, hooks: Hooks) -> None:
+    """Route the private steps of `trainer`, a GRPOTrainer (or a subclass of one), through the methods of `hooks`.
+
+    The steps are replaced on the instance, not its class: the workflow's trainer hooks itself this way, and a
+    user's own GRPOTrainer is hooked by the same code (api.py)."""
+    import torch
+
+    plain = {name: getattr(trainer, name) for name in HOOKED_METHODS}
+
+    def _calculate_rewards(inputs, prompts, completions, completion_ids_list):
+        rewards = plain["_calculate_rewards"](inputs, prompts, completions, completion_ids_list)
+        hooks.on_rewards(list(completions), [list(map(int, c)) for c in completion_ids_list], rewards)
+        return rewards
+
+    def _generate_and_score_completions(inputs):
+        training = trainer.model.training
+        trainer._generation_inputs = inputs if training else None
+        out = plain["_generate_and_score_completions"](inputs)
+        if training:
+            hooks.on_generation_batch(inputs, out)
+            out[ROW_KEY] = torch.arange(len(out["advantages"]), device=out["advantages"].device)
+        return out
+
+    def _generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        args = (images, multimodal_fields, num_generations, has_tool_images)
+        completion_ids, logprobs = plain["_generate_single_turn"](prompt_ids, *args)
+        inputs = getattr(trainer, "_generation_inputs", None)
+        if inputs is None or not hooks.explores():
+            return completion_ids, logprobs
+        if len(prompt_ids) != len(inputs) or images is not None or logprobs is not None:
+            raise RuntimeError("exploration needs one text-only generation call per batch (no vLLM, no tools)")
+        rows, prefix = hooks.forced_rows(inputs, completion_ids)
+        if rows:
+            with forcing_prefix(trainer.model, prefix):
+                again, _ = plain["_generate_single_turn"]([prompt_ids[r] for r in rows], *args)
+            completion_ids = list(completion_ids)
+            for r, ids in zip(rows, again, strict=True):
+                completion_ids[r] = ids
+        return completion_ids, logprobs
+
+    def _compute_loss(model, inputs):
+        with hooks.loss_pass(inputs):
+            return plain["_compute_loss"](model, inputs)
+
+    def _clip_grad_norm(model):
+        hooks.before_clip()
+        norm = plain["_clip_grad_norm"](model)
+        hooks.on_clip(float(norm))
+        return norm
+
+    def _save_checkpoint(model, trial):
+        hooks.before_checkpoint()
+        plain["_save_checkpoint"](model, trial)
+        hooks.after_checkpoint(Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}")
+
+    hooked = {
+        "_calculate_rewards": _calculate_rewards,
+        "_generate_and_score_completions": _generate_and_score_completions,
+        "_save_checkpoint": _save_checkpoint,
+        "_clip_grad_norm": _clip_grad_norm,
+        "_compute_loss": _compute_loss,
+        "_generate_single_turn": _generate_single_turn,
+    }
+    assert set(hooked) == set(HOOKED_METHODS)
+    for name, method in hooked.items():
+        setattr(trainer, name, method)
+
+
 @cache
 def hooked_trainer_base() -> type:
-    """GRPOTrainer with its private steps routed to overridable hooks (no-ops here)."""
-    import torch
+    """GRPOTrainer with its private steps routed to its own hook methods (`Hooks`, no-ops here)."""
     from trl import GRPOTrainer
 
-    class HookedGRPOTrainer(GRPOTrainer):
-        def on_rewards(self, completions: list, completion_ids: list, rewards) -> None:
-            """The [N, reward functions] rewards TRL computed, with the raw completions."""
-
-        def on_generation_batch(self, inputs: list[dict], out: dict) -> None:
-            """A training generation batch: TRL's token ids, masks and advantages (GENERATION_KEYS)."""
-
-        def explores(self) -> bool:
-            """Whether `forced_rows` may ask for rows of a training generation batch to be generated again."""
-            return False
-
-        def forced_rows(self, inputs: list[dict], completion_ids: list[list[int]]) -> tuple[list[int], list[int]]:
-            """Rows of a training generation batch to generate again, and the token ids they must open with."""
-            return [], []
-
-        def loss_pass(self, inputs: dict):
-            """A context around TRL's loss forward of a step (its backward runs right after the context)."""
-            return nullcontext()
-
-        def before_clip(self) -> None:
-            """The step's gradient is in the parameters' `.grad`, not yet clipped or applied."""
-
-        def on_clip(self, grad_norm: float) -> None:
-            """The step's gradient norm before clipping."""
-
-        def before_checkpoint(self) -> None:
-            """Called before a checkpoint is written."""
-
-        def after_checkpoint(self, path: Path) -> None:
-            """Called after a checkpoint is written."""
-
-        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-            self.on_rewards(list(completions), [list(map(int, c)) for c in completion_ids_list], rewards)
-            return rewards
-
-        def _generate_and_score_completions(self, inputs):
-            self._generation_inputs = inputs if self.model.training else None
-            out = super()._generate_and_score_completions(inputs)
-            if self.model.training:
-                self.on_generation_batch(inputs, out)
-                out[ROW_KEY] = torch.arange(len(out["advantages"]), device=out["advantages"].device)
-            return out
-
-        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-            args = (images, multimodal_fields, num_generations, has_tool_images)
-            completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args)
-            inputs = getattr(self, "_generation_inputs", None)
-            if inputs is None or not self.explores():
-                return completion_ids, logprobs
-            if len(prompt_ids) != len(inputs) or images is not None or logprobs is not None:
-                raise RuntimeError("exploration needs one text-only generation call per batch (no vLLM, no tools)")
-            rows, prefix = self.forced_rows(inputs, completion_ids)
-            if rows:
-                with forcing_prefix(self.model, prefix):
-                    again, _ = super()._generate_single_turn([prompt_ids[r] for r in rows], *args)
-                completion_ids = list(completion_ids)
-                for r, ids in zip(rows, again, strict=True):
-                    completion_ids[r] = ids
-            return completion_ids, logprobs
-
-        def _compute_loss(self, model, inputs):
-            with self.loss_pass(inputs):
-                return super()._compute_loss(model, inputs)
-
-        def _clip_grad_norm(self, model):
-            self.before_clip()
-            norm = super()._clip_grad_norm(model)
-            self.on_clip(float(norm))
-            return norm
-
-        def _save_checkpoint(self, model, trial):
-            self.before_checkpoint()
-            super()._save_checkpoint(model, trial)
-            self.after_checkpoint(Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}")
+    class HookedGRPOTrainer(Hooks, GRPOTrainer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            install_hooks(self, self)
 
     return HookedGRPOTrainer
 
