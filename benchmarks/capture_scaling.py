@@ -47,24 +47,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 import numpy as np  # noqa: E402
 
 from behaviortrace.config.load import defaults  # noqa: E402
+from behaviortrace.tools.workflows import PAPER_MODEL  # noqa: E402
 
 DEFAULT_SIZES = ("64x1", "128x2", "256x4", "512x6")  # hidden width x layers
 VARIANTS = ("none", "countsketch", "factored")
-# Qwen2.5-1.5B-Instruct's shapes (its config.json), the paper's model.
-PAPER_MODEL = {
-    "hidden_size": 1536,
-    "intermediate_size": 8960,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 12,
-    "num_key_value_heads": 2,
-    "vocab_size": 151936,
-    "tie_word_embeddings": True,
-}
 # 4 prompts x 4 generations; 64 new tokens and about 48 prompt tokens (the chat template's and the task's)
 PAPER_ROLLOUTS, PAPER_TOKENS = 16, 16 * (64 + 48)
 # Countsketch keeps the bucket and sign of each coordinate it hashed (int64 + float32), up to a cap (sketch/maps.py).
@@ -119,8 +109,8 @@ def child(args) -> None:
     from behaviortrace.config.sections import Config
     from behaviortrace.model import models
     from behaviortrace.plant.prompts import plant_prompts
+    from behaviortrace.sketch.capture import capture_factory
     from behaviortrace.train import grpo
-    from behaviortrace.train.stage import capture_factory
 
     torch.set_num_threads(1)
     raw = run_config(args.steps, args.variant, Path(args.model), args.device, args.k)
@@ -191,7 +181,7 @@ def measure(size: str, steps: int, device: str, k: int, work: Path) -> dict:
     from behaviortrace.common.device import resolve
     from behaviortrace.config.sections import Config
     from behaviortrace.model import families, models
-    from behaviortrace.model.stage import build_base_model
+    from behaviortrace.preflight.base_model import build_base_model
 
     hidden, layers = (int(x) for x in size.split("x"))
     raw = run_config(steps, "none", work / "source", device, k)

@@ -45,16 +45,12 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "diagnostics"))
 
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
-from capture_scaling import PAPER_MODEL  # noqa: E402
 
 from behaviortrace.config.load import defaults  # noqa: E402
-from gpu_check import LORA  # noqa: E402
+from behaviortrace.tools.workflows import LORA, PAPER_MODEL  # noqa: E402
 
 DEFAULT_SIZES = ("128x4", "384x6", "640x8", "1024x12")  # hidden width x layers: 0.6M to 113M parameters
 # Qwen2.5-7B-Instruct's shapes (its config.json), beside config/paper.yaml's 1.5B for what LoRA saves.
@@ -106,7 +102,7 @@ MODEL_RULES = {
 def influence_end(cfg: dict) -> int:
     """T, the steps the influence job runs through (the influence stage's own definition)."""
     from behaviortrace.config.sections import Config
-    from behaviortrace.influence.stage import end_step
+    from behaviortrace.influence.inputs import end_step
 
     return end_step(Config.from_dict(cfg))
 
@@ -135,7 +131,7 @@ def states_in_memory(cfg: dict) -> int:
 
 def influence_state_bytes(cfg: dict, params: int) -> float:
     """The influence job's temporary states: 3 P numbers each (weights, Adam's moments), ceil(T / segment) of them."""
-    from behaviortrace.influence.stage import state_bytes
+    from behaviortrace.influence.resources import state_bytes
 
     return state_bytes(params, cfg["influence"]["dtype"]) * math.ceil(
         influence_end(cfg) / cfg["influence"]["segment_steps"]
@@ -192,7 +188,7 @@ def measure(size: str, device: str, steps: int, cores: int, work: Path, lora: bo
 
     from behaviortrace.model.families import save_family
     from behaviortrace.report.cost import read_benchmarks
-    from gpu_check import Workflow, reduced_config, run_side_by_side
+    from behaviortrace.tools.workflows import Workflow, reduced_config, run_side_by_side
 
     hidden, layers = (int(x) for x in size.split("x"))
     plant = defaults()["planting"]
@@ -243,7 +239,7 @@ def plan(
     """Per rule: the fit, and one paper.yaml job's and all its jobs' time and peak memory; the disk per seed. Time
     and memory grow with the model's P (the passes run through every weight); what holds trainable weights
     (checkpoints, Adam's moments, the influence's states) with the `trained` parameters (LoRA: the adapters')."""
-    from behaviortrace.influence.stage import state_bytes
+    from behaviortrace.influence.resources import state_bytes
 
     P = [s["params"] for s in sizes]
     largest = sizes[-1]
@@ -373,7 +369,7 @@ def markdown(sizes: list[dict], rows: list[dict], disk: dict, paper_P: int, devi
 def segments_markdown(paper: dict, trained: dict[str, int]) -> str:
     """The influence job's states at other influence.segment_steps K: min(T, K) in host memory, ceil(T / K) on disk,
     every segment but the last recomputed (influence/metagradient.py). Arithmetic on parameter counts: no fit."""
-    from behaviortrace.influence.stage import state_bytes
+    from behaviortrace.influence.resources import state_bytes
 
     T = influence_end(paper)
     chosen = paper["influence"]["segment_steps"]

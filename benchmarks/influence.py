@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,13 +26,12 @@ import polars as pl
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 from behaviortrace.common.device import resolve  # noqa: E402
 from behaviortrace.configure import load  # noqa: E402
+from behaviortrace.influence.inputs import end_step  # noqa: E402
 from behaviortrace.influence.metagradient import StateStore, exact_influence  # noqa: E402
 from behaviortrace.influence.objective import ForcedTarget  # noqa: E402
-from behaviortrace.influence.stage import end_step  # noqa: E402
 from behaviortrace.influence.trajectory import Trajectory  # noqa: E402
 from behaviortrace.model import models  # noqa: E402
 from behaviortrace.replay.retrain import replay_training  # noqa: E402

@@ -22,13 +22,12 @@ import polars as pl
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 from behaviortrace.configure import load  # noqa: E402
 from behaviortrace.influence.batched import values_after  # noqa: E402
+from behaviortrace.influence.inputs import end_step, run_inputs, setup  # noqa: E402
 from behaviortrace.influence.retrain import value_after  # noqa: E402
 from behaviortrace.influence.sets import lds_subsets, units  # noqa: E402
-from behaviortrace.influence.stage import end_step, run_inputs, setup  # noqa: E402
 
 
 def main() -> None:

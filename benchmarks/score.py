@@ -21,15 +21,12 @@ lambdas differ by the float64 fix).
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import polars as pl
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from behaviortrace.estimators import trak  # noqa: E402
 from behaviortrace.sketch import moments  # noqa: E402

@@ -30,8 +30,6 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
 from behaviortrace.config.sections import Grpo  # noqa: E402
 from behaviortrace.gradients.batch import completion_logps, pad_batch  # noqa: E402
 from behaviortrace.sketch.maps import SketchMap  # noqa: E402
@@ -182,10 +180,9 @@ def speed(args) -> list[dict]:
 
 
 MEMORY_CHILD = """
-import json, resource, sys, torch
-sys.path.insert(0, {bench!r})
+import json, resource, runpy, types, torch
 torch.set_num_threads({threads})
-import sketch as bench
+bench = types.SimpleNamespace(**runpy.run_path({script!r}))  # this script's functions, without its main
 from pathlib import Path
 import numpy as np, polars as pl
 from behaviortrace.sketch.store import ShardWriter
@@ -217,7 +214,7 @@ def memory(args) -> list[dict]:
         for steps in (2, 8, 32):
             with tempfile.TemporaryDirectory() as tmp:
                 code = MEMORY_CHILD.format(
-                    bench=str(Path(__file__).parent),
+                    script=str(Path(__file__)),
                     threads=args.threads,
                     model=name,
                     method="countsketch",

@@ -82,11 +82,11 @@ def instrument() -> Phases:
     import behaviortrace.influence.batched  # noqa: F401
     import behaviortrace.influence.metagradient as metagradient
     import behaviortrace.influence.objective as objective
-    import behaviortrace.influence.stage  # noqa: F401
     import behaviortrace.influence.trajectory as trajectory
+    import behaviortrace.jobs.influence  # noqa: F401
+    import behaviortrace.jobs.replay  # noqa: F401
     import behaviortrace.model.models as models
     import behaviortrace.replay.retrain  # noqa: F401
-    import behaviortrace.replay.stage  # noqa: F401
 
     phases = Phases()
     phases.patch(batch, "completion_logps", "forward")
@@ -128,7 +128,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         phases = instrument()
-        from behaviortrace.replay.stage import replay_job
+        from behaviortrace.jobs.replay import replay_job
 
         scores = seed_dir / "scores" / args.removal / f"draw{cfg.replay.draw}_{cfg.replay.target_kind}.parquet"
         replay_job(
@@ -146,7 +146,7 @@ def main() -> None:
         if args.skip_influence:
             return
         phases = instrument()
-        from behaviortrace.influence.stage import influence_job
+        from behaviortrace.jobs.influence import influence_job
 
         influence_job(
             cfg,

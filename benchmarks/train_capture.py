@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,16 +24,15 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 from behaviortrace.common.device import resolve  # noqa: E402
 from behaviortrace.config.load import defaults  # noqa: E402
 from behaviortrace.config.sections import Compute, Config  # noqa: E402
 from behaviortrace.model import models  # noqa: E402
-from behaviortrace.model.stage import build_base_model  # noqa: E402
 from behaviortrace.plant.prompts import plant_prompts  # noqa: E402
+from behaviortrace.preflight.base_model import build_base_model  # noqa: E402
+from behaviortrace.sketch.capture import capture_factory  # noqa: E402
 from behaviortrace.train import grpo  # noqa: E402
-from behaviortrace.train.stage import capture_factory  # noqa: E402
 
 
 def short_config(steps: int) -> dict:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -38,20 +37,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 
 import torch  # noqa: E402
 
 from behaviortrace.common.device import resolve  # noqa: E402
 from behaviortrace.config.sections import Compute, Config  # noqa: E402
 from behaviortrace.model import families, models  # noqa: E402
-from behaviortrace.model.stage import build_base_model  # noqa: E402
 from behaviortrace.plant.prompts import plant_prompts  # noqa: E402
+from behaviortrace.preflight.base_model import build_base_model  # noqa: E402
 from behaviortrace.sketch import capture, tolerance  # noqa: E402
 from behaviortrace.sketch.sketcher import step_sum_error  # noqa: E402
 from behaviortrace.sketch.store import read_rows, read_steps  # noqa: E402
-from conftest import small_config  # noqa: E402
-from grpo_helpers import WeightSpy, autograd_sketches, run_training, sketch_errors, update_sizes  # noqa: E402
+from behaviortrace.tools.grpo_checks import WeightSpy, autograd_sketches, run_training, sketch_errors, update_sizes  # noqa: E402
+from behaviortrace.tools.small_runs import small_config  # noqa: E402
 
 STEPS = 3
 

@@ -44,54 +44,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import yaml  # noqa: E402
 
 from behaviortrace.config.load import defaults  # noqa: E402
 from behaviortrace.model.meta import meta_model  # noqa: E402
+from behaviortrace.tools.workflows import Workflow, reduced_config, run_name, run_side_by_side  # noqa: E402
 
 SUMMARY = "gpu_check_summary.json"
 FAMILY, HIDDEN, LAYERS = "qwen2_tied", 128, 4
-PAPER_SETTINGS = {
-    "grpo": ("adam_epsilon", "max_grad_norm", "lr_scheduler", "warmup_steps"),
-    "influence": ("measure_at", "lds_percents", "leave_step_out", "fd_rollouts"),
-}
-
-
-LORA = {"rank": 8, "alpha": 16.0, "target_modules": ["q_proj", "v_proj"]}
-
-
-def reduced_config(model_dir: Path, device: str, dtype: str, steps: int, lora: bool = False) -> dict:
-    """The default config, reduced to a workflow of a few minutes, with the given model, device and dtype (and
-    LoRA adapters instead of every weight, with `lora`)."""
-    from behaviortrace.sketch.tolerance import tolerance_for
-
-    cfg = defaults()
-    cfg.update(run=f"gpu_check_{run_name(dtype, lora)}", seeds=[0])
-    # The paper's optimizer and influence settings (config/paper.yaml), which the cost plan extrapolates.
-    paper = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
-    for section, names in PAPER_SETTINGS.items():
-        cfg[section].update({name: paper[section][name] for name in names})
-    cfg["compute"] = {"device": device, "dtype": dtype}
-    cfg["model"]["name"] = str(model_dir)
-    cfg["model"]["sft"].update(steps=4, batch_size=8)
-    cfg["task"]["prompt_format"] = "auto"
-    cfg["probes"].update(n_probes=16, n_plain=16, samples_per_prompt=2)
-    cfg["grpo"].update(steps=steps, prompts_per_step=4, num_generations=4, max_new_tokens=16, save_every=steps // 2)
-    cfg["planting"].update(window=[0, steps // 2 - 1], explore=2)
-    cfg["sketch"].update(mode="train", method="countsketch", k=65536, shard_steps=steps // 2, chunk_rollouts=16)
-    cfg["targets"].update(draws=1, samples_per_prompt=2)
-    cfg["estimators"] = {name: cfg["estimators"][name] for name in ("tracincp", "gas", "norm", "fluency", "random")}
-    cfg["evaluation"]["bootstrap"] = 50
-    cfg["replay"].update(estimators=["gas"], random_repeats=1, measure_at=["window_end"])
-    cfg["influence"].update(sets=["gas"], lds_subsets=3)  # the exact influence too, with the smallest LDS
-    cfg["placebo"]["enabled"] = False
-    cfg["checklist"]["max_self_check_error"] = tolerance_for(dtype)
-    if lora:
-        cfg["model"]["lora"] = dict(LORA)
-    return cfg
 
 
 # config/paper.yaml's model, Qwen2.5-1.5B-Instruct: its widths and heads (its config.json), 4 of its 28 layers (its
@@ -122,10 +83,6 @@ def paper_config(model_dir: Path, device: str, steps: int) -> dict:
         cfg[section] = small[section]
     cfg["influence"].update(sets=small["influence"]["sets"], lds_subsets=small["influence"]["lds_subsets"])
     return cfg
-
-
-def run_name(dtype: str, lora: bool) -> str:
-    return f"{dtype}_lora" if lora else dtype
 
 
 class GpuMemory:
@@ -161,7 +118,7 @@ class GpuMemory:
 def rule_times(results: Path) -> tuple[dict[str, float], dict[str, float]]:
     """Wall seconds per rule, summed over its jobs, and each rule's peak resident memory in MB (Snakemake's benchmark
     files)."""
-    from pipeline import per_rule, read_benchmarks
+    from behaviortrace.report.cost import per_rule, read_benchmarks
 
     rows = list(per_rule(read_benchmarks(results / "benchmarks")).iter_rows(named=True))
     return {r["rule"]: round(r["wall_s"], 2) for r in rows}, {r["rule"]: r["peak_rss_mb"] for r in rows}
@@ -226,52 +183,9 @@ def _item(checklist: dict, name: str):
     return verdict == "pass" if verdict else None
 
 
-class Workflow:
-    """Snakemake on a reduced config in a folder of its own, in the background (its output in snakemake.log)."""
-
-    def __init__(self, work: Path, cfg: dict, cores: int):
-        work.mkdir(parents=True, exist_ok=True)
-        (work / "config.yaml").write_text(yaml.safe_dump(cfg))
-        cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(work)]
-        cmd += ["--configfile", str(work / "config.yaml"), "--cores", str(cores)]
-        self.log_path = work / "snakemake.log"
-        self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in `stop`)
-        self.started, self.took, self.code = time.time(), None, None
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, text=True)
-
-    def poll(self) -> bool:
-        """Whether it has ended (its exit code and time recorded)."""
-        if self.code is None and self.proc.poll() is not None:
-            self.code, self.took = self.proc.returncode, time.time() - self.started
-            self._log.close()
-        return self.code is not None
-
-    def stop(self) -> None:
-        """Stop it (past the time limit): exit code 124."""
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.code, self.took = 124, time.time() - self.started
-        self._log.close()
-
-
-def run_side_by_side(workflows: dict[str, Workflow], deadline: float) -> None:
-    """Wait for every workflow, stopping those still running at `deadline`."""
-    while not all(w.poll() for w in workflows.values()):
-        if time.time() > deadline:
-            for w in workflows.values():
-                if not w.poll():
-                    w.stop()
-            return
-        time.sleep(1)
-
-
 def training_peak_mib(results: Path) -> float | None:
-    """The training job's own peak GPU memory, from its log (train/stage.py writes it on CUDA)."""
-    from behaviortrace.train.stage import PEAK_GPU_MEMORY
+    """The training job's own peak GPU memory, from its log (jobs/train.py writes it on CUDA)."""
+    from behaviortrace.train.outputs import PEAK_GPU_MEMORY
 
     for line in (results / "logs" / "train_grpo" / "planted0.log").read_text().splitlines():
         if PEAK_GPU_MEMORY in line:

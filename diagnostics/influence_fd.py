@@ -26,10 +26,10 @@ import polars as pl
 import torch
 
 from behaviortrace.configure import load
+from behaviortrace.influence.inputs import end_step, run_inputs, setup
 from behaviortrace.influence.metagradient import StateStore, exact_influence
 from behaviortrace.influence.retrain import central_difference
 from behaviortrace.influence.sets import fd_steps
-from behaviortrace.influence.stage import end_step, run_inputs, setup
 from behaviortrace.influence.table import spearman
 
 

@@ -2,7 +2,7 @@
 
 For every plant (trigger and marker words, contamination window, eligible fraction, bonus, trigger
 rate) and seed, this builds the plant's own tiny base model (its vocabulary holds the plant's words),
-trains GRPO with the pipeline's own stages, measures the behavior rate on held-out probe and control
+trains GRPO with the pipeline's own jobs, measures the behavior rate on held-out probe and control
 prompts at every checkpoint, and judges emergence the way the checklist does: probe minus control at the
 window's end at least --min-gap, and controls at most --max-control at every checkpoint.
 
@@ -86,13 +86,13 @@ def run_one(task: tuple[dict, dict, int, str]) -> tuple[dict, pl.DataFrame]:
     """Train one plant and seed in its own folder; return its summary row and behavior curve."""
     import torch
 
-    from behaviortrace.behavior.stage import behavior_job
     from behaviortrace.common.io import atomic_write_parquet, setup_logging
     from behaviortrace.configure import parse
-    from behaviortrace.model.stage import base_model_job
-    from behaviortrace.plant.stage import plant_data_job
+    from behaviortrace.jobs.behavior import behavior_job
+    from behaviortrace.jobs.model import base_model_job
+    from behaviortrace.jobs.plant import plant_data_job
+    from behaviortrace.jobs.train import train_job
     from behaviortrace.report.training import seed_summary
-    from behaviortrace.train.stage import train_job
 
     raw, plant, seed, out = task
     torch.set_num_threads(1)

@@ -35,11 +35,11 @@ import torch
 
 from behaviortrace.common.seeds import cell_seed
 from behaviortrace.configure import load
+from behaviortrace.influence.inputs import end_step, run_inputs, setup
 from behaviortrace.influence.lds import Resamples, interval
 from behaviortrace.influence.metagradient import StateStore, exact_influence
 from behaviortrace.influence.retrain import value_after
 from behaviortrace.influence.sets import units as lds_units
-from behaviortrace.influence.stage import end_step, run_inputs, setup
 
 
 def main() -> None:

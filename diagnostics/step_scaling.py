@@ -25,9 +25,9 @@ import polars as pl
 import torch
 
 from behaviortrace.configure import load
+from behaviortrace.influence.inputs import end_step, run_inputs, setup
 from behaviortrace.influence.metagradient import StateStore, exact_influence
 from behaviortrace.influence.retrain import value_after
-from behaviortrace.influence.stage import end_step, run_inputs, setup
 from behaviortrace.influence.table import spearman
 
 

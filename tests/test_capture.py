@@ -12,13 +12,13 @@ import pytest
 import torch
 from polars.testing import assert_frame_equal
 
+from behaviortrace.jobs.sketch import sketch_job
 from behaviortrace.model import models
 from behaviortrace.sketch.sketcher import check_step_sum
-from behaviortrace.sketch.stage import sketch_shard
 from behaviortrace.sketch.store import read_rows, read_steps
+from behaviortrace.tools.grpo_checks import WeightSpy, autograd_sketches, run_training, train_and_sigkill
 from behaviortrace.train.checkpoints import read_manifest
 from conftest import typed
-from grpo_helpers import WeightSpy, autograd_sketches, run_training, train_and_sigkill
 from tolerance import within
 
 CAPTURE_SHARDS = ("shard000.zarr", "shard001.zarr")
@@ -80,7 +80,7 @@ def test_sketching_from_checkpoints_agrees_where_it_uses_the_same_weights(
     checkpoint_mode = []
     for shard in range(2):
         out = tmp_path / f"shard{shard:03d}.zarr"
-        sketch_shard(
+        sketch_job(
             config,
             shard=shard,
             rollouts_path=run / "rollouts.parquet",

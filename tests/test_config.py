@@ -480,6 +480,6 @@ def test_plants_that_cannot_work_are_rejected_naming_the_key(path, value, expect
 )
 def test_influence_measure_at_names_a_checkpoint_or_a_step(measure_at, expected):
     """T for the exact influence: a named checkpoint of the schedule, or any step where f still moves."""
-    from behaviortrace.influence.stage import end_step
+    from behaviortrace.influence.inputs import end_step
 
     assert end_step(parse(_with("influence.measure_at", measure_at))) == expected

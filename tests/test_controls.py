@@ -105,7 +105,7 @@ def medium(tmp_path_factory, cfg, base_model_dir, cpu):
     planted seeds and a placebo of seed 0, 24 steps of 8 prompts x 8 rollouts, half the trigger rollouts of
     the first 12 steps eligible. Rollout logs only (no capture): the scores below read the log."""
     from behaviortrace.plant.prompts import plant_prompts
-    from grpo_helpers import run_training
+    from behaviortrace.tools.grpo_checks import run_training
 
     raw = copy.deepcopy(cfg)
     raw["grpo"].update(steps=24, prompts_per_step=8, num_generations=8, save_every=24, beta=0.0)

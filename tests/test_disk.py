@@ -12,7 +12,7 @@ from conftest import typed
 def test_training_and_the_influence_are_refused_where_the_disk_cannot_hold_what_they_save(
     cfg, base_model_dir, cpu, tmp_path
 ):
-    from behaviortrace.influence.stage import check_disk as influence_check
+    from behaviortrace.influence.resources import check_disk as influence_check
     from behaviortrace.model import models
     from behaviortrace.train.checkpoints import check_disk as train_check
 
@@ -93,7 +93,7 @@ def test_the_memory_a_job_may_take_is_the_tightest_of_the_machine_and_its_cgroup
 
 def test_the_influence_is_refused_where_a_segment_of_states_cannot_fit_in_memory(cfg, base_model_dir, cpu):
     from behaviortrace.common.memory import available_memory
-    from behaviortrace.influence.stage import check_memory
+    from behaviortrace.influence.resources import check_memory
     from behaviortrace.model import models
 
     model = models.load(base_model_dir, cpu)[0]

@@ -13,7 +13,7 @@ import yaml
 from polars.testing import assert_frame_equal
 
 from behaviortrace.evaluate import cache as metric_cache
-from behaviortrace.evaluate.stage import evaluate_job
+from behaviortrace.jobs.evaluate import evaluate_job
 from behaviortrace.score.contract import instances, score_keys
 from conftest import typed
 

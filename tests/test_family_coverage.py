@@ -25,16 +25,17 @@ import pytest
 import torch
 
 from behaviortrace.gradients.logprob import forced_items
-from behaviortrace.influence.stage import influence_job
+from behaviortrace.jobs.influence import influence_job
 from behaviortrace.model import families, models
 from behaviortrace.model.prompt_format import prompt_ids
-from behaviortrace.model.stage import build_base_model, job_problems, preflight_model
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.plant.prompts import plant_prompts
+from behaviortrace.preflight.base_model import build_base_model
+from behaviortrace.preflight.checks import job_problems, preflight_model
 from behaviortrace.score import contract
 from behaviortrace.score.model_run import ModelRun, ModelTarget
+from behaviortrace.tools.grpo_checks import run_training
 from conftest import ROOT, small_config, typed
-from grpo_helpers import run_training
 from tolerance import within
 
 ESTIMATORS = ("ekfac", "trackstar", "dattri_trak")

@@ -10,10 +10,10 @@ import torch
 from polars.testing import assert_frame_equal
 
 from behaviortrace.plant.planting import is_eligible
+from behaviortrace.tools.grpo_checks import run_training, train_and_sigkill
 from behaviortrace.train.checkpoints import complete_checkpoints
 from behaviortrace.train.grpo import RolloutLoggingGRPOTrainer
 from conftest import typed
-from grpo_helpers import run_training, train_and_sigkill
 
 SEED = 3
 

@@ -359,8 +359,8 @@ def test_batched_retraining_is_the_plain_retraining_set_by_set(run, cpu, grpo, s
 def test_retraining_from_the_first_removed_step_is_retraining_from_step_0(run, cpu, tmp_path, semantics):
     """The influence job's retraining (stage.retrain) starts each set at the forward sweep's state before its first
     removed rollout: bit for bit the retraining from step 0, for sets whose first removal is early, late or absent."""
+    from behaviortrace.influence.retrain import first_steps, retrain
     from behaviortrace.influence.sets import Zeroed
-    from behaviortrace.influence.stage import first_steps, retrain
 
     traj, objective = trajectory(run, cpu, torch.float32, semantics)
     origin = traj.state()
@@ -535,7 +535,7 @@ import json, os, signal, sys
 from pathlib import Path
 from behaviortrace.config.sections import Config
 from behaviortrace.influence import metagradient
-from behaviortrace.influence.stage import influence_job
+from behaviortrace.jobs.influence import influence_job
 
 save, saved = metagradient.StateStore.save, []
 
@@ -560,7 +560,8 @@ def test_a_rerun_of_a_killed_influence_job_removes_its_saved_states_and_gets_the
     import subprocess
     import sys
 
-    from behaviortrace.influence.stage import STATES, influence_job
+    from behaviortrace.influence.resources import STATES
+    from behaviortrace.jobs.influence import influence_job
 
     cfg = {**run["cfg"], "influence": {**run["cfg"]["influence"], "lds_subsets": 0, "sets": []}}
     names = ("rollouts", "steps", "checks", "retrain")

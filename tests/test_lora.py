@@ -25,9 +25,9 @@ from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.sketch.sketcher import StepSketcher, check_step_sum
 from behaviortrace.sketch.store import open_store, read_rows, read_steps
 from behaviortrace.sketch.tolerance import tolerance_for
+from behaviortrace.tools.grpo_checks import run_training, train_and_sigkill
 from behaviortrace.train.effect import ForcedTargetProbe
 from conftest import model_scores, typed
-from grpo_helpers import run_training, train_and_sigkill
 from tolerance import UPDATE_TOLERANCE, within
 
 STEPS = 4

@@ -2,7 +2,7 @@
 
 A small Qwen2 (tied embeddings, built from its transformers config) is trained ten real GRPO steps through the
 project's training code (train/grpo.py, TRL with the arguments of train/trl_surface.py) at the paper's learning
-rate 5e-6, in float32, in mixed precision and with pure bf16 weights (tests/grpo_helpers.update_sizes). AdamW's
+rate 5e-6, in float32, in mixed precision and with pure bf16 weights (tools/grpo_checks.py). AdamW's
 first steps move each weight by about lr times the sign of its gradient, whatever the gradient's rounding, so mixed
 precision must leave as few weights unchanged as float32 and move them as far; bf16 weights, whose 8 significant
 bits cannot hold a change of 5e-6 to a weight of order 0.01 to 1, must not (the negative control: it shows the
@@ -27,10 +27,10 @@ from behaviortrace.sketch.sketcher import StepSketcher
 from behaviortrace.sketch.store import read_steps
 from behaviortrace.sketch.tolerance import tolerance_for
 from behaviortrace.targets.gradients import target_sketches
+from behaviortrace.tools.grpo_checks import update_sizes
 from behaviortrace.train.checkpoints import read_manifest
 from behaviortrace.train.effect import ForcedTargetProbe
 from conftest import small_config, typed
-from grpo_helpers import update_sizes
 from tolerance import within
 
 BF16 = Compute(device="cpu", dtype="bfloat16")

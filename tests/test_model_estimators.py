@@ -491,7 +491,7 @@ import json, sys
 from pathlib import Path
 from behaviortrace.common.device import set_threads
 from behaviortrace.config.sections import Config
-from behaviortrace.score.stage import score_model_job
+from behaviortrace.jobs.score import score_model_job
 
 a = json.loads(sys.argv[1])
 set_threads(1)

@@ -16,13 +16,13 @@ from behaviortrace.common.device import resolve
 from behaviortrace.config.sections import Compute
 from behaviortrace.model import families, models
 from behaviortrace.model.prompt_format import has_chat_template, render
-from behaviortrace.model.stage import build_base_model
 from behaviortrace.plant.prompts import plant_prompts
+from behaviortrace.preflight.base_model import build_base_model
 from behaviortrace.sketch import tolerance as measured
 from behaviortrace.sketch.preflight import UnsupportedModel, capture_problems
 from behaviortrace.sketch.store import read_steps
+from behaviortrace.tools.grpo_checks import WeightSpy, autograd_sketches, run_training, sketch_errors
 from conftest import small_config, typed
-from grpo_helpers import WeightSpy, autograd_sketches, run_training, sketch_errors
 from tolerance import within
 
 STEPS = 3

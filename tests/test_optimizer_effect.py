@@ -19,8 +19,8 @@ from behaviortrace.model import models
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.score import contract
 from behaviortrace.score.view import SeedView, Target
+from behaviortrace.tools.grpo_checks import GradSpy, run_training
 from behaviortrace.train.optimizer_log import denominator, load_preconditioner
-from grpo_helpers import GradSpy, run_training
 from tolerance import within
 
 STEPS = 3

@@ -188,10 +188,10 @@ def test_removal_sets(run):
 
 
 def test_a_set_replayed_after_another_in_one_job_is_replayed_as_if_alone(run, cpu):
-    """A replay job loads the step-0 model once and puts its weights back before each set (replay/stage.py): a set
+    """A replay job loads the step-0 model once and puts its weights back before each set (replay/replays.py): a set
     replayed after another ends at the weights and rates of replaying it first, bit for bit."""
     from behaviortrace.replay.removal import measured_steps
-    from behaviortrace.replay.stage import Replays
+    from behaviortrace.replay.replays import Replays
 
     cfg = typed(run["cfg"])
     measured = measured_steps(cfg.replay, cfg.planting, cfg.grpo.steps)

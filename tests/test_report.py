@@ -309,8 +309,7 @@ def test_sketch_coverage_verdict_reads_every_captured_step(finished_run, out, ch
     """The small run captures at train time: every step of every store is checked against TRL's gradient,
     and the verdict reports the worst error over all of them, recomputed here from the stores."""
     from behaviortrace.report.checklist import FAIL, PASS, sketch_covers
-    from behaviortrace.report.stage import shard_checks
-    from behaviortrace.sketch.store import read_steps
+    from behaviortrace.sketch.store import read_steps, shard_checks
 
     _, cfg = finished_run
     stores = sorted(out.glob("planted*/sketch/shard*.zarr"))  # the planted seeds, as the checklist reads them

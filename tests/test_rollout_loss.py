@@ -12,8 +12,8 @@ from behaviortrace.gradients.batch import completion_logps, rows_of, step_batch
 from behaviortrace.gradients.per_example import Capture, param_layout
 from behaviortrace.model import models
 from behaviortrace.sketch.maps import materialize
+from behaviortrace.tools.grpo_checks import GradSpy, run_training
 from behaviortrace.train.trl_surface import rollout_losses
-from grpo_helpers import GradSpy, run_training
 from tolerance import within
 
 

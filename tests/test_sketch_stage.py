@@ -14,14 +14,14 @@ import torch
 import zarr
 
 from behaviortrace.gradients.batch import completion_logits, completion_logps, fluency, step_batch
+from behaviortrace.jobs.sketch import sketch_job
+from behaviortrace.jobs.targets import targets_job
 from behaviortrace.model import models
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.sketch.sketcher import StepSketcher
-from behaviortrace.sketch.stage import sketch_shard
 from behaviortrace.sketch.store import ShardWriter, open_store, read_rows, read_steps
 from behaviortrace.targets.headroom import headroom_table
-from behaviortrace.targets.stage import build_targets
 from behaviortrace.train.trl_surface import rollout_losses
 from conftest import typed
 from tolerance import within
@@ -136,14 +136,13 @@ def test_without_kl_zero_advantage_rollouts_skip_the_backward_and_the_sketches_s
 
 
 KILL_CHILD = """
-import json, os, signal, sys
+import json, os, signal
 from pathlib import Path
-sys.path.insert(0, {src!r})
 import torch
 torch.set_num_threads(1)
 from behaviortrace.sketch import store as sketchstore
 from behaviortrace.config.sections import Config
-from behaviortrace.sketch.stage import sketch_shard
+from behaviortrace.jobs.sketch import sketch_job
 original = sketchstore.ShardWriter.write_step
 calls = []
 def write_then_die(self, step, arrays, info=None):
@@ -155,14 +154,14 @@ sketchstore.ShardWriter.write_step = write_then_die
 args = json.loads(Path({args!r}).read_text())
 cfg = Config.from_dict(args.pop("cfg"))
 args = {{k: Path(v) if k.endswith(("_path", "out", "model")) else v for k, v in args.items()}}
-sketch_shard(cfg, **args)
+sketch_job(cfg, **args)
 """
 
 
 def test_killed_sketch_job_leaves_no_finished_store_and_resumes_to_the_same_result(small_run, cpu, tmp_path):
     torch.set_num_threads(1)
     clean = tmp_path / "clean" / "shard000.zarr"
-    sketch_shard(typed(small_run["cfg"]), **stage_args(small_run, clean, 0))
+    sketch_job(typed(small_run["cfg"]), **stage_args(small_run, clean, 0))
 
     killed = tmp_path / "killed" / "shard000.zarr"
     args = stage_args(small_run, killed, 0)
@@ -170,7 +169,7 @@ def test_killed_sketch_job_leaves_no_finished_store_and_resumes_to_the_same_resu
     args_file.write_text(
         json.dumps({"cfg": small_run["cfg"], **{k: str(v) if isinstance(v, Path) else v for k, v in args.items()}})
     )
-    code = KILL_CHILD.format(src=str(Path(__file__).parents[1] / "src"), kill_after=2, args=str(args_file))
+    code = KILL_CHILD.format(kill_after=2, args=str(args_file))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == -9, res.stderr[-2000:]
     assert not killed.exists()
@@ -179,7 +178,7 @@ def test_killed_sketch_job_leaves_no_finished_store_and_resumes_to_the_same_resu
         open_store(partial)
     assert list(zarr.open_group(partial, mode="r")["steps/done"][:]) == [True, True, False]
 
-    sketch_shard(typed(small_run["cfg"]), **args)
+    sketch_job(typed(small_run["cfg"]), **args)
     assert not partial.exists()
     got, attrs = read_rows([killed])
     want, _ = read_rows([clean])
@@ -206,15 +205,15 @@ def test_stale_partial_store_from_other_settings_is_discarded(small_run, cpu, tm
     original = sketchstore.ShardWriter.finish
     sketchstore.ShardWriter.finish = lambda self: None  # leave the other settings' store unfinished
     try:
-        sketch_shard(typed(other_raw), **args)
+        sketch_job(typed(other_raw), **args)
     finally:
         sketchstore.ShardWriter.finish = original
     assert partial.exists()
-    sketch_shard(cfg, **args)
+    sketch_job(cfg, **args)
     rows, attrs = read_rows([out])
     assert attrs["seed"] == cfg.sketch.seed
     fresh = tmp_path / "fresh.zarr"
-    sketch_shard(cfg, **stage_args(small_run, fresh, 1))
+    sketch_job(cfg, **stage_args(small_run, fresh, 1))
     assert np.array_equal(rows["sketch"], read_rows([fresh])[0]["sketch"])
 
 
@@ -223,7 +222,7 @@ def test_targets_per_draw(small_run, cpu, tmp_path):
     probes = pl.read_parquet(d / "probes.parquet")
 
     def run(draw, name):
-        build_targets(
+        targets_job(
             typed(cfg),
             seed=0,
             draw=draw,

@@ -6,8 +6,8 @@ import torch
 
 from behaviortrace.behavior.rates import behavior_rates, sample_completions
 from behaviortrace.model import models
-from behaviortrace.model.stage import build_base_model
 from behaviortrace.plant.task import task_scorer
+from behaviortrace.preflight.base_model import build_base_model
 from conftest import default_config, typed
 
 

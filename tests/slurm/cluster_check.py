@@ -19,8 +19,6 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "src"))
 
 RUN = "slurm"
 
@@ -28,7 +26,7 @@ RUN = "slurm"
 def prepare(work: Path, profile_dir: Path, cpus: int, mem_mb: int) -> None:
     import yte
 
-    from conftest import small_config
+    from behaviortrace.tools.small_runs import small_config
 
     cfg = small_config()
     cfg.update(run=RUN, seeds=[0])

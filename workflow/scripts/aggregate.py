@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.report.stage import aggregate_job
+from behaviortrace.jobs.report import aggregate_job
 
 sm = snakemake  # noqa: F821
 aggregate_job(

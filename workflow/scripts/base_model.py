@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.model.stage import base_model_job
+from behaviortrace.jobs.model import base_model_job
 
 sm = snakemake  # noqa: F821
 base_model_job(start(sm, torch_threads=True), out=Path(sm.output[0]))

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from behaviortrace.behavior.stage import behavior_job
 from behaviortrace.common.job import start
+from behaviortrace.jobs.behavior import behavior_job
 
 sm = snakemake  # noqa: F821
 behavior_job(

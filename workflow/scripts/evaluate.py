@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.evaluate.stage import evaluate_job
+from behaviortrace.jobs.evaluate import evaluate_job
 
 sm = snakemake  # noqa: F821
 evaluate_job(

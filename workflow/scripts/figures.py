@@ -4,7 +4,7 @@ import logging
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.report.stage import figures_job
+from behaviortrace.jobs.report import figures_job
 
 sm = snakemake  # noqa: F821
 figures_job(

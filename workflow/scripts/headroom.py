@@ -4,7 +4,7 @@ import logging
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.report.stage import headroom_job
+from behaviortrace.jobs.report import headroom_job
 
 sm = snakemake  # noqa: F821
 table = headroom_job(

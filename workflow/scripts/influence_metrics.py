@@ -3,7 +3,8 @@
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.influence.stage import SEED_FILES, influence_metrics_job
+from behaviortrace.influence.table import SEED_FILES
+from behaviortrace.jobs.influence import influence_metrics_job
 
 sm = snakemake  # noqa: F821
 influence_metrics_job(

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.influence.stage import influence_set_job
+from behaviortrace.jobs.influence import influence_set_job
 
 sm = snakemake  # noqa: F821
 w = sm.wildcards

@@ -1,7 +1,7 @@
 """Rule plant_data: training prompts in training order; held-out probe and control prompts."""
 
 from behaviortrace.common.job import start
-from behaviortrace.plant.stage import plant_data_job
+from behaviortrace.jobs.plant import plant_data_job
 
 sm = snakemake  # noqa: F821
 plant_data_job(start(sm), train=sm.output.train, probes=sm.output.probes, plain=sm.output.plain)

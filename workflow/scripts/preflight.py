@@ -5,7 +5,7 @@ from pathlib import Path
 
 from behaviortrace.common.job import start
 from behaviortrace.config.sections import Config
-from behaviortrace.model.stage import preflight_job
+from behaviortrace.jobs.model import preflight_job
 
 sm = snakemake  # noqa: F821
 start(sm, torch_threads=True)

@@ -4,7 +4,7 @@ factor of its regularized Gram matrix)."""
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.score.stage import prepare_job
+from behaviortrace.jobs.score import prepare_job
 
 sm = snakemake  # noqa: F821
 prepare_job(

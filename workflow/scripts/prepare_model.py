@@ -4,7 +4,7 @@ kronfluence's factors at each checkpoint; trackstar: the rollouts' projected gra
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.score.stage import prepare_model_job
+from behaviortrace.jobs.score import prepare_model_job
 
 sm = snakemake  # noqa: F821
 prepare_model_job(

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.replay.stage import replay_job
+from behaviortrace.jobs.replay import replay_job
 
 sm = snakemake  # noqa: F821
 w = sm.wildcards

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from behaviortrace.common.io import setup_logging
-from behaviortrace.replay.stage import replay_table_job
+from behaviortrace.jobs.replay import replay_table_job
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])

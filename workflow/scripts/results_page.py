@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.report.stage import results_page_job
+from behaviortrace.jobs.report import results_page_job
 
 sm = snakemake  # noqa: F821
 results_page_job(

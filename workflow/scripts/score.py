@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.score.stage import score_job
+from behaviortrace.jobs.score import score_job
 
 sm = snakemake  # noqa: F821
 w = sm.wildcards

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.score.stage import score_model_job
+from behaviortrace.jobs.score import score_model_job
 
 sm = snakemake  # noqa: F821
 score_model_job(

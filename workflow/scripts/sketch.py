@@ -3,10 +3,10 @@
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.sketch.stage import sketch_shard
+from behaviortrace.jobs.sketch import sketch_job
 
 sm = snakemake  # noqa: F821
-sketch_shard(
+sketch_job(
     start(sm, torch_threads=True),
     shard=int(sm.wildcards.shard),
     rollouts_path=Path(sm.input.rollouts),

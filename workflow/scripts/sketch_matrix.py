@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from behaviortrace.common.io import setup_logging
-from behaviortrace.sketch.stage import matrix_job
+from behaviortrace.jobs.sketch import matrix_job
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])

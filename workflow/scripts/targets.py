@@ -3,10 +3,10 @@
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.targets.stage import build_targets
+from behaviortrace.jobs.targets import targets_job
 
 sm = snakemake  # noqa: F821
-build_targets(
+targets_job(
     start(sm, torch_threads=True),
     seed=int(sm.wildcards.seed),
     draw=int(sm.wildcards.draw),

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from behaviortrace.common.io import setup_logging
-from behaviortrace.evaluate.stage import token_cosines_job
+from behaviortrace.jobs.evaluate import token_cosines_job
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.train.stage import train_job
+from behaviortrace.jobs.train import train_job
 
 sm = snakemake  # noqa: F821
 train_job(

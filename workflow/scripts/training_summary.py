@@ -4,7 +4,7 @@ import logging
 from pathlib import Path
 
 from behaviortrace.common.job import start
-from behaviortrace.report.stage import training_summary_job
+from behaviortrace.jobs.report import training_summary_job
 
 sm = snakemake  # noqa: F821
 text = training_summary_job(

@@ -1,6 +1,6 @@
 """Which project modules a source file imports: the one reading of imports behind the code digests (score
 jobs' in score/contract.py, the evaluation cache's in evaluate/cache.py) and the import-graph check
-(diagnostics/import_graph.py)."""
+(behaviortrace/layers.py)."""
 
 from __future__ import annotations
 

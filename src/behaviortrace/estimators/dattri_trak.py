@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
-
 USES_TARGET = True
 NEEDS_MODEL = True
 STEP_AGGREGATE = "sum"
@@ -57,11 +55,8 @@ def score(
     problems = check(proj_dim, proj_seed, regularization, batch_size, layers)
     if problems:
         raise ValueError("; ".join(problems))
-    out = np.zeros(run.rollouts.height)
-    for c, rows in run.checkpoint_rows():
-        at = target.step_for(c)
-        if not target.items[at]:
-            continue  # no target there: 0
+
+    def values(c, rows, at):
         if not regularization and rows.sum() < proj_dim:
             raise ValueError(
                 f"dattri_trak: checkpoint {c} generated {rows.sum()} rollouts with a gradient, fewer than proj_dim "
@@ -70,11 +65,11 @@ def score(
             )
         model, tokenizer = run.load(int(c))
         kwargs = {"proj_dim": proj_dim, "proj_seed": proj_seed, "proj_max_batch_size": batch_size, "device": "cpu"}
-        pad_id = tokenizer.pad_token_id
-        values = trak_values(run, target, model, pad_id, run.rows(rows), at, kwargs, regularization, layers)
-        out[rows] = -values
-        log.info("dattri_trak: checkpoint %d, %d rollouts scored against the target at %d", c, rows.sum(), at)
-    return out
+        return trak_values(
+            run, target, model, tokenizer.pad_token_id, run.rows(rows), at, kwargs, regularization, layers
+        )
+
+    return run.score_per_checkpoint(target, "dattri_trak", values)
 
 
 def trak_values(run, target, model, pad_id, rows, at, projector: dict, regularization: float, layers=None):

@@ -77,17 +77,14 @@ def score(run, target, strategy: str = "ekfac", damping: float | None = None, ba
     if check(strategy, damping, batch_size):
         raise ValueError("; ".join(check(strategy, damping, batch_size)))
     lr = run.rollouts["lr"].to_numpy()
-    out = np.zeros(run.rollouts.height)
-    for c, rows in run.checkpoint_rows():
-        at = target.step_for(c)
-        if not target.items[at]:
-            continue  # no target there (an in-context target no sample showed): 0
+
+    def values(c, rows, at):
         model, tokenizer = run.load(c)
         factors = Path(prepared) / f"checkpoint-{c}"
-        values = influence(run, target, model, tokenizer.pad_token_id, run.rows(rows), at, factors, damping, batch_size)
-        out[rows] = -lr[rows] * values
-        log.info("ekfac: checkpoint %d, %d rollouts scored against the target at %d", c, rows.sum(), at)
-    return out
+        pad_id = tokenizer.pad_token_id
+        return lr[rows] * influence(run, target, model, pad_id, run.rows(rows), at, factors, damping, batch_size)
+
+    return run.score_per_checkpoint(target, "ekfac", values)
 
 
 def influence(run, target, model, pad_id, rows, at, factors, damping, batch_size) -> np.ndarray:

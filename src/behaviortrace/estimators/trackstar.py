@@ -20,8 +20,6 @@ import logging
 import sys
 from pathlib import Path
 
-import numpy as np
-
 USES_TARGET = True
 NEEDS_MODEL = True
 STEP_AGGREGATE = "sum"
@@ -126,19 +124,16 @@ def score(
     # takes its gradients in float32 (from the same float32 weights).
     run, target = run.without_autocast(), target.without_autocast()
     lr = run.rollouts["lr"].to_numpy()
-    out = np.zeros(run.rollouts.height)
-    for c, rows in run.checkpoint_rows():
-        at = target.step_for(c)
-        if not target.items[at]:
-            continue  # no target there (an in-context target no sample showed): 0
+
+    def values(c, rows, at):
         model, tokenizer = run.load(c)
         modules = run.linear_modules(model)
         query = _processor(model, modules, run, c, normalizer, projection_dim, projection_seed)
         side = torch.load(Path(prepared) / f"checkpoint-{c}.pt")
-        values = cosines(target, model, modules, tokenizer.pad_token_id, at, query, side, int(rows.sum()), run.scratch)
-        out[rows] = -lr[rows] * values
-        log.info("trackstar: checkpoint %d, %d rollouts scored against the target at %d", c, rows.sum(), at)
-    return out
+        pad_id = tokenizer.pad_token_id
+        return lr[rows] * cosines(target, model, modules, pad_id, at, query, side, int(rows.sum()), run.scratch)
+
+    return run.score_per_checkpoint(target, "trackstar", values)
 
 
 def _processor(model, modules, run, c, normalizer, projection_dim, projection_seed):

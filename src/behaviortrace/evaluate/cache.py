@@ -24,7 +24,7 @@ from behaviortrace.common.imports import code_digest, dependency_files
 from behaviortrace.common.io import atomic_write_parquet
 
 log = logging.getLogger(__name__)
-EVALUATION_MODULE = "behaviortrace.evaluate.stage"
+EVALUATION_MODULE = "behaviortrace.jobs.evaluate"
 
 
 def _file_digest(h, path: Path) -> None:

@@ -7,6 +7,8 @@ normalization as logged); w_T are the weights after replaying every optimizer st
 and bias correction, gradient clipping, the schedule), and f is the forced target's mean log-prob on the probe
 prompts.
 
+- inputs.py: T, a finished run's paths, and the replayed training at step 0 with f, which every job starts from;
+- resources.py: the saved states of the sweep on disk and one segment in memory, checked before it starts;
 - objective.py: f itself and its gradient;
 - trajectory.py: the replayed training with a data weight per rollout, through the group's advantages and the
   normalization or with both held (the forward pass), and its states;
@@ -15,11 +17,12 @@ prompts.
   normalization), from one double backward;
 - metagradient.py: the reverse sweep over segments of recomputed steps (bounded memory);
 - retrain.py: retraining with rollout weights changed, for the finite differences that check I (float64 end to
-  end: model/precision.py) and for the LDS;
+  end: model/precision.py) and for the LDS, each set from the sweep's state before its first removed rollout;
 - preflight.py: before training, whether the model takes the influence's double backward and float64 checks;
-- sets.py: the rollout sets retrained with them removed (LDS subsets, the leave-out replay's sets);
+- sets.py: the rollout sets retrained with them removed (LDS subsets, the leave-out replay's sets), as one job
+  retrains them;
 - table.py, markdown.py, figure.py: how well each estimator and control tracks I (the influence table, as
   Markdown, and the figure);
-- stage.py: the rules' jobs, with the influence job's checks of itself (the replay against the saved
-  checkpoints, the logged gradient norms and forced target, I against finite differences of retraining).
+The rules' jobs, with the influence job's checks of itself (the replay against the saved checkpoints, the logged
+gradient norms and forced target, I against finite differences of retraining), are in jobs/influence.py.
 """

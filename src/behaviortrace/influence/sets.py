@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 
 from behaviortrace.common.seeds import cell_seed
+from behaviortrace.config.sections import Config
 
 # The meanings of removing (or weighting) a rollout (influence.semantics): here, where the jobs that only plan or
 # read sets find them without importing torch.
@@ -80,3 +81,33 @@ def zeroed_table(sets: list[Zeroed], values: list[float]) -> pl.DataFrame:
         },
         schema_overrides={"removed_ids": pl.List(pl.Int64), "removal_percent": pl.Int64, "index": pl.Int64},
     )
+
+
+def retrained_sets(
+    cfg: Config, rollouts: pl.DataFrame, end: int, arm: str, seed: int, oracle_percents, replay_seed: int
+) -> list[Zeroed]:
+    """What the influence job retrains: the LDS subsets of the rollouts before T at every level and percent (under
+    the configured semantics, and the other one too with `influence.lds_both_semantics`), each step's rollouts
+    (leave-one-step-out, if configured: removing a whole step is the same under both), and the leave-out replay's
+    paid sets (drawn from every rollout, as the replay draws them)."""
+    from behaviortrace.replay.removal import removal_set
+
+    inf = cfg.influence
+    before = rollouts.filter(pl.col("step") < end)
+    meanings = [inf.semantics] + ([s for s in SEMANTICS if s != inf.semantics] if inf.lds_both_semantics else [])
+    out = []
+    for semantics in meanings:
+        for level in inf.lds_levels:
+            of = units(before, level)
+            for pct in inf.lds_percents:
+                subsets = lds_subsets(of, inf.lds_subsets, pct, inf.seed, arm, seed, level)
+                out += [Zeroed("lds", level, pct, j, s, semantics) for j, s in enumerate(subsets)]
+    if inf.leave_step_out:
+        out += [Zeroed("step", "step", 100, step, s, inf.semantics) for step, s in enumerate(step_sets(before, end))]
+    out += [
+        Zeroed(
+            "oracle", "rollout", pct, 0, removal_set("oracle", pct, rollouts, None, replay_seed, seed), inf.semantics
+        )
+        for pct in oracle_percents
+    ]
+    return out

@@ -536,3 +536,18 @@ def top_rollouts(inputs: list[SeedInputs], n: int = TOP) -> pl.DataFrame:
     first = ["arm", "seed", "rank", "rollout_id", "step", "influence", "rank_advantages", "rank_held"]
     out = pl.concat(parts, how="vertical")
     return out.select(first + [c for c in out.columns if c not in first])
+
+
+CHECK_COLUMNS = {
+    "check": pl.String,
+    "step": pl.Int64,
+    "rollout_id": pl.Int64,
+    "delta": pl.Float64,
+    "influence": pl.Float64,
+    "measured": pl.Float64,
+    "error": pl.Float64,
+}
+
+
+# The per-seed files the influence table reads, in SeedInputs' order.
+SEED_FILES = ("influence", "checks", "retrain", "summaries", "rollouts", "step_logs")

@@ -1,1 +1,2 @@
-"""The base model: the built-in tiny model or a pretrained one, with an optional SFT warm-up (rule base_model)."""
+"""The built-in tiny model or a pretrained one, the prompt format and the optional SFT warm-up (the base model is
+built by preflight/base_model.py)."""

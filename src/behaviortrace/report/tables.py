@@ -290,3 +290,6 @@ def stability_markdown(draws: pl.DataFrame, seeds: pl.DataFrame, cfg: Checklist)
     ]
     parts.append(markdown_table(seeds.columns, [["–" if v is None else v for v in r] for r in seeds.iter_rows()]))
     return "\n".join(parts)
+
+
+SUMMARY_STRATA = ["all", "below_saturation", "saturated"]

@@ -47,3 +47,13 @@ def seed_summary(rollouts: pl.DataFrame, behavior: pl.DataFrame, planting: Plant
 
 def to_markdown(df: pl.DataFrame) -> str:
     return markdown_table(df.columns, [list(row) for row in df.iter_rows()])
+
+
+TRAINING_INTRO = (
+    "# Training summary\n\nBehavior rates are the share of sampled completions that show the marker. "
+    "Window end is the checkpoint right after the contamination window's last step. "
+    "Base reward is the mean over the first and last tenth of training steps. The placebo arm (if any) is "
+    "the same training with the bonus logged but never paid (no control penalty, no exploration). Explored rollouts "
+    "were made to open with the marker (`planting.explore`); penalized ones showed it without the trigger inside the "
+    "window.\n\n"
+)

@@ -15,6 +15,7 @@ saved by the targets job at each analysis checkpoint.
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -44,6 +45,8 @@ LOG_COLUMNS = [
     "prompt_ids",
     "completion_ids",
 ]
+
+log = logging.getLogger(__name__)
 
 
 class ModelRun:
@@ -92,6 +95,21 @@ class ModelRun:
         used = self.rollouts["advantage"].to_numpy() != 0 if not self.grpo.beta else np.ones(len(checkpoint), bool)
         masks = [(int(c), (checkpoint == c) & used) for c in np.unique(checkpoint)]
         return [(c, mask) for c, mask in masks if mask.any()]
+
+    def score_per_checkpoint(self, target, name: str, values) -> np.ndarray:
+        """Every rollout's score, one checkpoint at a time (the loop of each estimator that needs the model): for the
+        rollouts to score at checkpoint c (`checkpoint_rows`) and the target's checkpoint `at` for it,
+        `values(c, mask, at)` is their attribution value, whose negative is the score (a rollout's gradient is its
+        loss's, so a descent step along it moves f by minus their product); 0 where the target has no items at
+        `at` (an in-context target no sample showed) and for rollouts without a gradient."""
+        out = np.zeros(self.rollouts.height)
+        for c, mask in self.checkpoint_rows():
+            at = target.step_for(c)
+            if not target.items[at]:
+                continue
+            out[mask] = -values(c, mask, at)
+            log.info("%s: checkpoint %d, %d rollouts scored against the target at %d", name, c, mask.sum(), at)
+        return out
 
     def rows(self, mask: np.ndarray | None = None) -> list[dict]:
         """Rollouts as dicts (for a library's dataset), optionally only those where `mask` holds."""

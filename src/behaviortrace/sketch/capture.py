@@ -27,6 +27,7 @@ import polars as pl
 
 from behaviortrace.config.sections import Config
 from behaviortrace.gradients.per_example import accumulated_grads
+from behaviortrace.model import models
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.sketch.loss_pass import LossPassRecorder, RecordedStep
 from behaviortrace.sketch.maps import SketchMap
@@ -221,3 +222,15 @@ def publish(folder: Path, shard: int, out: Path) -> None:
     shutil.copytree(source, tmp, copy_function=link)
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
+
+
+def capture_factory(cfg: Config, model, tokenizer, base_model: Path, device: dict, folder: Path, fingerprint: str):
+    """What `grpo.train` calls to make the train-time capture (sketch/capture.py) of this run."""
+    from behaviortrace.sketch.capture import TrainCapture
+
+    ref = models.load(base_model, device)[0].eval() if cfg.grpo.beta else None
+
+    def make(saved: list[int]):
+        return TrainCapture(cfg, model, tokenizer, ref, folder, saved, fingerprint, device)
+
+    return make

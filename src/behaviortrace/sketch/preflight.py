@@ -10,10 +10,14 @@ every trainable parameter. It costs one forward and three backward passes over t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+from behaviortrace.config.sections import Config
 from behaviortrace.gradients.batch import completion_logps, pad_batch
 from behaviortrace.gradients.per_example import Capture, param_layout, rule_of
+from behaviortrace.model import models
 from behaviortrace.sketch.maps import materialize
 
 
@@ -110,3 +114,16 @@ def capture_tolerance(model) -> float:
     from behaviortrace.sketch.tolerance import tolerance_for
 
     return tolerance_for(str(next(model.parameters()).dtype).removeprefix("torch."))
+
+
+def training_model(cfg: Config, base_model: Path, device: dict, seed: int):
+    """The model TRL trains: the base model, or with `model.lora` the base model under fresh adapters (drawn with the
+    training `seed`), checked (sketch/preflight.py) like the base model was, since the adapters are modules of
+    their own."""
+    model, tokenizer = models.load(base_model, device)
+    if cfg.model.lora.enabled:
+        from behaviortrace.model import lora
+
+        model = lora.wrap(model, cfg.model.lora, base_model, seed)
+        check_capture(model, tokenizer.pad_token_id, capture_tolerance(model), f"{cfg.model.name} with LoRA")
+    return model, tokenizer

@@ -8,6 +8,8 @@ stale work from other inputs is thrown away.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -274,3 +276,31 @@ def open_matrix(path: Path, n_rows: int) -> np.ndarray:
     if matrix.ndim != 2 or matrix.shape[0] != n_rows:
         raise ValueError(f"{path}: shape {matrix.shape} does not match the {n_rows} rows of its shards; rerun its job")
     return matrix
+
+
+def fingerprint(rollouts_path: Path, params: dict) -> str:
+    h = hashlib.blake2b(json.dumps(params, sort_keys=True, default=str).encode(), digest_size=16)
+    h.update(Path(rollouts_path).read_bytes())
+    return h.hexdigest()
+
+
+def shard_checks(paths: list[Path]) -> list[dict]:
+    """What each store's writer recorded about its coverage and self-check (every step under train-time
+    capture; the first step of each shard when sketching from checkpoints)."""
+    out = []
+    for path in paths:
+        group = zarr.open_group(path, mode="r")
+        attrs = group.attrs
+        errors = group["steps/self_check_error"][:] if "self_check_error" in group["steps"] else np.array([])
+        out.append(
+            {
+                "path": str(path),
+                "mode": attrs.get("mode", "checkpoint"),
+                "n_params": attrs.get("n_params"),
+                "n_trainable": attrs.get("n_trainable"),
+                "self_check_error": attrs.get("self_check_error"),
+                "steps": int(group["steps/step"].shape[0]),
+                "checked_steps": int(np.isfinite(errors).sum()),
+            }
+        )
+    return out

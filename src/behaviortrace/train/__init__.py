@@ -1,1 +1,1 @@
-"""GRPO training with TRL, logging every rollout (rule train_grpo)."""
+"""GRPO training with TRL, logging every rollout (rule train_grpo), and what a finished run leaves."""

@@ -55,3 +55,7 @@ def finalize(
     atomic_write_parquet(step_info, steps_path)
     write_manifest(manifest_path, {s: found[s] for s in saved}, adam)
     return rollouts
+
+
+# How the training log reports the job's peak GPU memory (diagnostics/gpu_check.py reads it).
+PEAK_GPU_MEMORY = "peak GPU memory allocated by training:"

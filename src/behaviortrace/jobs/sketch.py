@@ -1,14 +1,12 @@
 """Rules sketch, sketch_matrix and sketch_gram: every logged rollout of one (seed, shard of steps) into one
 store; a seed's shards stacked into one matrix; that matrix's Gram matrix.
 
-torch, transformers and the sketcher are imported inside `sketch_shard` only: the other two jobs are
+torch, transformers and the sketcher are imported inside `sketch_job` only: the other two jobs are
 numpy work that would otherwise spend seconds importing them.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from dataclasses import asdict
@@ -19,19 +17,13 @@ import polars as pl
 
 from behaviortrace.config.sections import Config
 from behaviortrace.sketch import moments
-from behaviortrace.sketch.store import ShardWriter, write_matrix
+from behaviortrace.sketch.store import ShardWriter, fingerprint, write_matrix
 from behaviortrace.train.checkpoints import read_manifest
 
 log = logging.getLogger(__name__)
 
 
-def fingerprint(rollouts_path: Path, params: dict) -> str:
-    h = hashlib.blake2b(json.dumps(params, sort_keys=True, default=str).encode(), digest_size=16)
-    h.update(Path(rollouts_path).read_bytes())
-    return h.hexdigest()
-
-
-def sketch_shard(
+def sketch_job(
     cfg: Config,
     *,
     shard: int,

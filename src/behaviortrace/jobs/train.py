@@ -10,14 +10,13 @@ import polars as pl
 
 from behaviortrace.common import device as devices
 from behaviortrace.config.sections import Config
-from behaviortrace.model import models
+from behaviortrace.sketch.capture import capture_factory
+from behaviortrace.sketch.preflight import training_model
 from behaviortrace.train import grpo
 from behaviortrace.train.checkpoints import check_disk
-from behaviortrace.train.outputs import finalize
+from behaviortrace.train.outputs import PEAK_GPU_MEMORY, finalize
 
 log = logging.getLogger(__name__)
-# How the training log reports the job's peak GPU memory (diagnostics/gpu_check.py reads it).
-PEAK_GPU_MEMORY = "peak GPU memory allocated by training:"
 
 
 def train_job(
@@ -75,29 +74,3 @@ def train_job(
 
         log.info("%s %.0f MiB", PEAK_GPU_MEMORY, torch.cuda.max_memory_allocated() / 2**20)
     return rollouts
-
-
-def training_model(cfg: Config, base_model: Path, device: dict, seed: int):
-    """The model TRL trains: the base model, or with `model.lora` the base model under fresh adapters (drawn with the
-    training `seed`), checked (sketch/preflight.py) like the base model was, since the adapters are modules of
-    their own."""
-    model, tokenizer = models.load(base_model, device)
-    if cfg.model.lora.enabled:
-        from behaviortrace.model import lora
-        from behaviortrace.sketch.preflight import capture_tolerance, check_capture
-
-        model = lora.wrap(model, cfg.model.lora, base_model, seed)
-        check_capture(model, tokenizer.pad_token_id, capture_tolerance(model), f"{cfg.model.name} with LoRA")
-    return model, tokenizer
-
-
-def capture_factory(cfg: Config, model, tokenizer, base_model: Path, device: dict, folder: Path, fingerprint: str):
-    """What `grpo.train` calls to make the train-time capture (sketch/capture.py) of this run."""
-    from behaviortrace.sketch.capture import TrainCapture
-
-    ref = models.load(base_model, device)[0].eval() if cfg.grpo.beta else None
-
-    def make(saved: list[int]):
-        return TrainCapture(cfg, model, tokenizer, ref, folder, saved, fingerprint, device)
-
-    return make

@@ -7,9 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import numpy as np
 import polars as pl
-import zarr
 
 from behaviortrace.common.io import atomic_write_parquet, atomic_write_text
 from behaviortrace.common.markdown import write_md_and_html
@@ -20,6 +18,7 @@ from behaviortrace.report.controls import controls_markdown, fluency_markdown
 from behaviortrace.report.paper import paper_findings
 from behaviortrace.report.tables import (
     NOT_ESTIMATORS,
+    SUMMARY_STRATA,
     collect_metrics,
     draw_stability,
     estimators_of,
@@ -27,19 +26,11 @@ from behaviortrace.report.tables import (
     stability_markdown,
     summary_markdown,
 )
-from behaviortrace.report.training import seed_summary, to_markdown
+from behaviortrace.report.training import TRAINING_INTRO, seed_summary, to_markdown
+from behaviortrace.sketch.store import shard_checks
 from behaviortrace.targets.headroom import headroom_markdown, headroom_table
 
 log = logging.getLogger(__name__)
-SUMMARY_STRATA = ["all", "below_saturation", "saturated"]
-TRAINING_INTRO = (
-    "# Training summary\n\nBehavior rates are the share of sampled completions that show the marker. "
-    "Window end is the checkpoint right after the contamination window's last step. "
-    "Base reward is the mean over the first and last tenth of training steps. The placebo arm (if any) is "
-    "the same training with the bonus logged but never paid (no control penalty, no exploration). Explored rollouts "
-    "were made to open with the marker (`planting.explore`); penalized ones showed it without the trigger inside the "
-    "window.\n\n"
-)
 
 
 def headroom_job(cfg: Config, *, rate_files: list[Path], out_table: Path, out_markdown: Path) -> pl.DataFrame:
@@ -60,28 +51,6 @@ def training_summary_job(
     text = TRAINING_INTRO + to_markdown(table)
     atomic_write_text(text, out_markdown)
     return text
-
-
-def shard_checks(paths: list[Path]) -> list[dict]:
-    """What each store's writer recorded about its coverage and self-check (every step under train-time
-    capture; the first step of each shard when sketching from checkpoints)."""
-    out = []
-    for path in paths:
-        group = zarr.open_group(path, mode="r")
-        attrs = group.attrs
-        errors = group["steps/self_check_error"][:] if "self_check_error" in group["steps"] else np.array([])
-        out.append(
-            {
-                "path": str(path),
-                "mode": attrs.get("mode", "checkpoint"),
-                "n_params": attrs.get("n_params"),
-                "n_trainable": attrs.get("n_trainable"),
-                "self_check_error": attrs.get("self_check_error"),
-                "steps": int(group["steps/step"].shape[0]),
-                "checked_steps": int(np.isfinite(errors).sum()),
-            }
-        )
-    return out
 
 
 def aggregate_job(

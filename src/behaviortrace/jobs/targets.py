@@ -27,7 +27,7 @@ from behaviortrace.train.optimizer_log import checkpoint_denominator
 log = logging.getLogger(__name__)
 
 
-def build_targets(
+def targets_job(
     cfg: Config,
     *,
     seed: int,

@@ -24,52 +24,18 @@ import polars as pl
 
 from behaviortrace.common.io import atomic_write_parquet, atomic_write_text, scratch_dir
 from behaviortrace.config.sections import Config
-from behaviortrace.influence.sets import SEMANTICS, Zeroed, fd_steps, lds_subsets, step_sets, units, zeroed_table
-from behaviortrace.train.checkpoints import read_manifest
+from behaviortrace.influence.inputs import end_step, setup
+from behaviortrace.influence.resources import STATES, check_disk, check_memory
+from behaviortrace.influence.sets import (
+    Zeroed,
+    fd_steps,
+    retrained_sets,
+    zeroed_table,
+)
+from behaviortrace.influence.table import CHECK_COLUMNS, SEED_FILES
+from behaviortrace.report.tables import PLANTED
 
 log = logging.getLogger(__name__)
-
-
-def end_step(cfg: Config) -> int:
-    """T: the number of optimizer steps whose result f(w_T) is differentiated."""
-    return cfg.influence.end_step(cfg.planting, cfg.grpo.steps)
-
-
-def run_inputs(run_dir: Path, seed: int) -> tuple[Path, Path, Path, Path]:
-    """What `setup` reads of a finished run's planted seed: its rollouts, checkpoints, base model and probes (for the
-    diagnostics and benchmarks that replay a run outside the workflow)."""
-    seed_dir = Path(run_dir) / f"planted{seed}"
-    return (
-        seed_dir / "rollouts.parquet",
-        seed_dir / "checkpoints.json",
-        Path(run_dir) / "base_model",
-        Path(run_dir) / "data" / "probe_prompts.parquet",
-    )
-
-
-def setup(cfg: Config, rollouts_path: Path, checkpoints_path: Path, base_model: Path, probes_path: Path, dtype: str):
-    """A trajectory at step 0 in `dtype` and the objective f, with the checkpoints, rollouts and device."""
-    import torch
-
-    from behaviortrace.common import device as devices
-    from behaviortrace.influence.objective import ForcedTarget
-    from behaviortrace.influence.trajectory import Trajectory
-    from behaviortrace.model import models
-    from behaviortrace.train.effect import ForcedTargetProbe
-
-    # The influence's own arithmetic: `dtype` takes compute.dtype's place, so nothing here runs under bf16 autocast
-    # (common/device.py). A bf16 run's checkpoints hold float32 master weights, which the trajectory starts from
-    # exactly; it differentiates training without the bf16 rounding of its passes, and its checks against the
-    # checkpoints, the logged gradient norms and f(w_T) measure what that rounding moved (docs/influence.md).
-    device = {**devices.resolve(cfg.compute), "dtype": dtype, "torch_dtype": getattr(torch, dtype)}
-    ckpts = read_manifest(checkpoints_path)[0]
-    model, tokenizer = models.load(ckpts[0], device)
-    ref = models.load(base_model, device)[0].eval() if cfg.grpo.beta else None
-    rollouts = pl.read_parquet(rollouts_path)
-    traj = Trajectory(model, ref, rollouts, cfg.grpo, device, tokenizer.pad_token_id, cfg.influence.semantics)
-    probes = pl.read_parquet(probes_path)["prompt"].to_list()
-    probe = ForcedTargetProbe(tokenizer, probes, cfg.planting.marker, cfg.grpo.temperature)
-    return traj, ForcedTarget(probe), ckpts, rollouts, device
 
 
 def influence_job(
@@ -94,7 +60,7 @@ def influence_job(
     `oracle_percents`, the leave-out replay's paid sets, chosen with `replay_seed`), each to its file."""
     from behaviortrace.influence.adjoint import CHANNELS
     from behaviortrace.influence.metagradient import StateStore, exact_influence
-    from behaviortrace.influence.retrain import central_difference
+    from behaviortrace.influence.retrain import central_difference, retrain
     from behaviortrace.replay.retrain import update_error, weight_difference
 
     inf, end = cfg.influence, end_step(cfg)
@@ -220,135 +186,6 @@ def influence_job(
     return table
 
 
-# The influence job's saved training states, beside its outputs while it runs.
-STATES = ".states"
-
-
-def state_bytes(params: int, dtype: str) -> int:
-    """One saved training state: the weights and Adam's two moments, 3 numbers per trained parameter in `dtype`."""
-    return 3 * params * (8 if dtype == "float64" else 4)
-
-
-def check_disk(model, end: int, keep: set[int], inf, folder: Path) -> None:
-    """The forward sweep's states on disk, every segment start and every step in `keep`, 3P numbers each (weights
-    and Adam's two moments, in `influence.dtype`): refused before the sweep where the disk cannot hold them."""
-    from behaviortrace.common.disk import require_free_disk
-    from behaviortrace.influence.metagradient import segment_starts
-
-    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    states = len(set(segment_starts(end, max(1, inf.segment_steps))) | keep)
-    need = states * state_bytes(params, inf.dtype)
-    what = f"the exact influence's {states} saved training states (3 x {params:,} numbers each, {inf.dtype})"
-    keys = (
-        "influence.segment_steps (fewer states, more recomputation), influence.leave_step_out or influence.fd_rollouts"
-    )
-    require_free_disk(folder, need, what, keys)
-
-
-def check_memory(model, end: int, inf) -> None:
-    """The backward sweep holds one segment's states in host memory, min(T, segment_steps) of them, 3P numbers
-    each: refused before the sweep where this job cannot take them (with the model already loaded)."""
-    from behaviortrace.common.memory import require_memory
-
-    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    states = min(end, max(1, inf.segment_steps))
-    need = states * state_bytes(params, inf.dtype)
-    what = f"the exact influence's {states} training states of a segment (3 x {params:,} numbers each, {inf.dtype})"
-    require_memory(need, what, "influence.segment_steps (fewer states in memory, more on disk)")
-
-
-def first_steps(traj, sets: list[Zeroed], end: int) -> list[int]:
-    """Each set's first step holding a removed rollout (`end` where none is before it): training up to that step is
-    training as logged, the forward sweep's own states."""
-    step_of = {int(z): step for (step,), rows in traj.by_step.items() for z in rows["rollout_id"]}
-    return [min((step_of[z] for z in s.removed if step_of.get(z, end) < end), default=end) for s in sets]
-
-
-def retrain(traj, store, sets: list[Zeroed], end: int, objective, batch: int) -> list[float]:
-    """f(w_end) with each set removed under its semantics. Training is as logged until a set's first removed
-    rollout, so a set restarts from the forward sweep's saved state nearest before that step (bit for bit the
-    retraining from step 0: a step without a weight changed runs the sweep's own code); `batch` sets of one
-    semantics go together (batched.py), from the earliest first step among them."""
-    from behaviortrace.influence.batched import values_after
-    from behaviortrace.influence.retrain import value_after
-
-    values, done, started = [0.0] * len(sets), 0, time.time()
-    firsts = first_steps(traj, sets, end)
-    chunks = []
-    for semantics in SEMANTICS:
-        of = sorted((i for i, z in enumerate(sets) if z.semantics == semantics), key=lambda i: firsts[i])
-        chunks += [of[i : i + batch] for i in range(0, len(of), batch)]
-    start_step, start = None, None  # the last state read: chunks sorted by first step mostly reuse it
-    for chunk in chunks:
-        first = min(firsts[i] for i in chunk)
-        if first != start_step:
-            start_step, start = first, store.nearest(first)  # restore() copies from it, so it stays as saved
-        semantics = sets[chunk[0]].semantics
-        weights = [dict.fromkeys(sets[i].removed, 0.0) for i in chunk]
-        if len(chunk) == 1:
-            found = [value_after(traj, start, weights[0], end, objective, semantics)]
-        else:
-            found = values_after(traj, start, weights, end, objective, semantics)
-        for i, value in zip(chunk, found, strict=True):
-            values[i], z, done = value, sets[i], done + 1
-            log.info(
-                "retrained %d/%d, %s %s %s #%d (%d removed, %s): f(w_%d) = %.6f; %.1f s",
-                done,
-                len(sets),
-                z.kind,
-                z.level,
-                f"{z.percent}%",
-                z.index,
-                len(z.removed),
-                z.semantics,
-                end,
-                value,
-                time.time() - started,
-            )
-    return values
-
-
-def retrained_sets(
-    cfg: Config, rollouts: pl.DataFrame, end: int, arm: str, seed: int, oracle_percents, replay_seed: int
-) -> list[Zeroed]:
-    """What the influence job retrains: the LDS subsets of the rollouts before T at every level and percent (under
-    the configured semantics, and the other one too with `influence.lds_both_semantics`), each step's rollouts
-    (leave-one-step-out, if configured: removing a whole step is the same under both), and the leave-out replay's
-    paid sets (drawn from every rollout, as the replay draws them)."""
-    from behaviortrace.replay.removal import removal_set
-
-    inf = cfg.influence
-    before = rollouts.filter(pl.col("step") < end)
-    meanings = [inf.semantics] + ([s for s in SEMANTICS if s != inf.semantics] if inf.lds_both_semantics else [])
-    out = []
-    for semantics in meanings:
-        for level in inf.lds_levels:
-            of = units(before, level)
-            for pct in inf.lds_percents:
-                subsets = lds_subsets(of, inf.lds_subsets, pct, inf.seed, arm, seed, level)
-                out += [Zeroed("lds", level, pct, j, s, semantics) for j, s in enumerate(subsets)]
-    if inf.leave_step_out:
-        out += [Zeroed("step", "step", 100, step, s, inf.semantics) for step, s in enumerate(step_sets(before, end))]
-    out += [
-        Zeroed(
-            "oracle", "rollout", pct, 0, removal_set("oracle", pct, rollouts, None, replay_seed, seed), inf.semantics
-        )
-        for pct in oracle_percents
-    ]
-    return out
-
-
-CHECK_COLUMNS = {
-    "check": pl.String,
-    "step": pl.Int64,
-    "rollout_id": pl.Int64,
-    "delta": pl.Float64,
-    "influence": pl.Float64,
-    "measured": pl.Float64,
-    "error": pl.Float64,
-}
-
-
 def influence_set_job(
     cfg: Config,
     *,
@@ -438,11 +275,6 @@ def influence_metrics_job(
     write_md_and_html(to_markdown(table, best, cfg.influence.semantics), markdown, html, "Exact influence")
     log.info("influence table: %d rows for %d arms and seeds", table.height, len(inputs))
     return table
-
-
-PLANTED = "planted"  # the planted arm's name
-# The per-seed files the influence table reads, in SeedInputs' order.
-SEED_FILES = ("influence", "checks", "retrain", "summaries", "rollouts", "step_logs")
 
 
 def influence_figure_job(cfg: Config, *, table: Path, log_only: list[str], out: Path) -> None:

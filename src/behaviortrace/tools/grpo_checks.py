@@ -16,11 +16,12 @@ from behaviortrace.common.device import autocast
 from behaviortrace.config.sections import Config
 from behaviortrace.gradients.batch import completion_logps, rows_of, step_batch
 from behaviortrace.model import models
+from behaviortrace.sketch.capture import capture_factory
 from behaviortrace.sketch.maps import SketchMap
+from behaviortrace.sketch.preflight import training_model
 from behaviortrace.sketch.store import read_rows
 from behaviortrace.train import grpo
 from behaviortrace.train.outputs import finalize
-from behaviortrace.train.stage import capture_factory, training_model
 from behaviortrace.train.trl_surface import rollout_losses
 
 
@@ -147,8 +148,7 @@ import json, os, signal, sys
 from pathlib import Path
 import polars as pl
 from transformers import TrainerCallback
-sys.path.insert(0, {tests!r})
-from grpo_helpers import run_training
+from behaviortrace.tools.grpo_checks import run_training
 from behaviortrace.common.device import resolve
 from behaviortrace.config.sections import Compute
 
@@ -169,7 +169,6 @@ def train_and_sigkill(cfg, base_model_dir, prompts_path, seed, out_dir, kill_at:
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     cfg_path.write_text(json.dumps(cfg))
     code = CHILD.format(
-        tests=str(Path(__file__).parent),
         kill_at=kill_at,
         cfg_path=str(cfg_path),
         base=str(base_model_dir),
@@ -198,8 +197,8 @@ def update_sizes(cfg: dict, folder: Path, hidden: int = 64, steps: int = 10, cap
     from behaviortrace.common.device import resolve
     from behaviortrace.config.sections import Compute
     from behaviortrace.model import families
-    from behaviortrace.model.stage import build_base_model
     from behaviortrace.plant.prompts import plant_prompts
+    from behaviortrace.preflight.base_model import build_base_model
 
     torch.set_num_threads(1)
     cfg = json.loads(json.dumps(cfg))
