@@ -367,7 +367,7 @@ def markdown(sizes: list[dict], rows: list[dict], disk: dict, paper_P: int, devi
 
 
 def segments_markdown(paper: dict, trained: dict[str, int]) -> str:
-    """The influence job's states at other influence.segment_steps K: min(T, K) in host memory, ceil(T / K) on disk,
+    """The influence job's states at other influence.segment_steps M: min(T, M) in host memory, ceil(T / M) on disk,
     every segment but the last recomputed (influence/metagradient.py). Arithmetic on parameter counts: no fit."""
     from behaviortrace.influence.resources import state_bytes
 
@@ -378,19 +378,19 @@ def segments_markdown(paper: dict, trained: dict[str, int]) -> str:
         "## The influence job's states by influence.segment_steps",
         "",
         f"T = {T} steps; each state is 3 x the trained parameters, {paper['influence']['dtype']}. A job holds "
-        "min(T, K) states in host memory (refused before its forward sweep where they cannot fit, as are states the "
-        "disk cannot hold) and saves ceil(T / K) on disk; it recomputes every segment but the last. "
-        f"config/paper.yaml has K = {chosen}.",
+        "min(T, M) states in host memory (refused before its forward sweep where they cannot fit, as are states the "
+        "disk cannot hold) and saves ceil(T / M) on disk; it recomputes every segment but the last. "
+        f"config/paper.yaml has M = {chosen}.",
         "",
-        "| K | " + " | ".join(f"{name}: memory GB | {name}: disk GB" for name in trained) + " | steps recomputed |",
+        "| M | " + " | ".join(f"{name}: memory GB | {name}: disk GB" for name in trained) + " | steps recomputed |",
         "|---|" + "---|---|" * len(trained) + "---|",
     ]
-    for K in options:
+    for M in options:
         cells = []
         for params in trained.values():
             state = state_bytes(params, paper["influence"]["dtype"]) / 1e9
-            cells.append(f"{min(T, K) * state:,.1f} | {math.ceil(T / K) * state:,.1f}")
-        lines.append(f"| {K}{' (paper.yaml)' if K == chosen else ''} | {' | '.join(cells)} | {K * ((T - 1) // K)} |")
+            cells.append(f"{min(T, M) * state:,.1f} | {math.ceil(T / M) * state:,.1f}")
+        lines.append(f"| {M}{' (paper.yaml)' if M == chosen else ''} | {' | '.join(cells)} | {M * ((T - 1) // M)} |")
     lines.append("")
     return "\n".join(lines)
 

@@ -6,8 +6,8 @@ shared machine does not land on one side alone. One thread, the run's float32.
 The last column but one is the influence job's own cost ratio (its `cost_ratio_cpu`): the forward sweep, the
 recomputation and the reverse sweep (which takes I under both meanings of removal and its four parts) over the
 forward sweep, in CPU seconds. Also the reverse sweep with shorter segments (recomputed from saved states, as
-for a large model), and the memory the states take: with P trainable parameters, T steps and segment length K,
-K states of 3P floats in memory and ceil(T / K) on disk; the time grows by the T - K recomputed steps.
+for a large model), and the memory the states take: with P trainable parameters, T steps and segment length M,
+M states of 3P floats in memory and ceil(T / M) on disk; the time grows by the T - M recomputed steps.
 
     python benchmarks/influence.py                      # results/default, seed 0, 3 rounds
     python benchmarks/influence.py --run wf --seed 1 --rounds 2 --config path/to/config.yaml
@@ -79,8 +79,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             return exact_influence(traj, objective, end, k, StateStore(Path(tmp), "cpu"))
 
-    variants = {"plain replay": plain, f"influence, K = {segment}": lambda: influence(segment)}
-    variants.update({f"influence, K = {k}": (lambda k=k: influence(k)) for k in args.segments if k < end})
+    variants = {"plain replay": plain, f"influence, M = {segment}": lambda: influence(segment)}
+    variants.update({f"influence, M = {k}": (lambda k=k: influence(k)) for k in args.segments if k < end})
     times = {name: [] for name in variants}
     parts = {name: [] for name in variants}
     for round_ in range(args.rounds):

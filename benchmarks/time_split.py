@@ -158,7 +158,7 @@ def main() -> None:
                 for name in ("rollouts", "steps", "checks", "retrain")
             },
             out_summary=scratch / "summary.json",
-            oracle_percents=tuple(cfg.replay.removal_percent),
+            label_percents=tuple(cfg.replay.removal_percent),
             replay_seed=cfg.replay.seed,
             **inputs,
         )

@@ -7,7 +7,8 @@ prompts, the reward functions and the settings with your own.
     python examples/own_grpo_run.py results/default own_run      # after `make run`
 
 It writes `own_run/capture/` (the rollout log, sketches, checkpoints' manifest, targets) and one score file per
-estimator, `own_run/scores/{estimator}.parquet`.
+estimator, `own_run/scores/{estimator}.parquet`; with `--influence`, also the exact influence
+(`own_run/influence.parquet`) and the LDS of it and of every estimator (`own_run/lds.parquet`).
 """
 
 import argparse
@@ -29,7 +30,7 @@ from behaviortrace.train.grpo import make_reward_funcs
 ESTIMATORS = ("gas", "trak", "adam_tracin", "tracincp", "reward", "random")
 
 
-def main(results: Path, out: Path) -> None:
+def main(results: Path, out: Path, influence: bool) -> None:
     started = time.time()
     # The workflow run's recorded config: its GRPO settings, its planted behavior and its estimators' settings.
     cfg = Config.from_dict(yaml.safe_load((results / "config.yaml").read_text()))
@@ -98,10 +99,24 @@ def main(results: Path, out: Path) -> None:
     paid = run.rollouts["paid"].sum()
     print(f"{run.rollouts.height} rollouts ({paid} labeled) captured in {trained - started:.1f} s")
     print(f"{len(ESTIMATORS)} estimators scored against the forced target in {time.time() - trained:.1f} s")
+    if influence:
+        # The exact influence on f(w_T) at the window's end, and each estimator's LDS beside it: the causal truth.
+        scored = time.time()
+        end = cfg.influence.end_step(cfg.planting, g.steps)
+        exact, checks = run.influence(cfg.planting.marker, probes, end=end)
+        exact.write_parquet(out / "influence.parquet")
+        scores = {name: pl.read_parquet(out / "scores" / f"{name}.parquet") for name in ESTIMATORS}
+        lds, _sets = run.lds({"exact influence": exact, **scores}, cfg.planting.marker, probes, end=end, subsets=20)
+        lds.write_parquet(out / "lds.parquet")
+        print(f"exact influence to step {end} and the LDS of 20 retrained subsets in {time.time() - scored:.1f} s")
+        print(f"replay against the checkpoints: largest share of the update {checks['update_error'].max():.1e}")
+        for row in lds.iter_rows(named=True):
+            print(f"  LDS {row['name']:<16} {row['lds']:+.2f} [{row['low']:+.2f}, {row['high']:+.2f}]")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path, help="a workflow run's folder (results/{run})")
     parser.add_argument("out", type=Path, help="where the capture and the scores go")
+    parser.add_argument("--influence", action="store_true", help="also the exact influence and every LDS (minutes)")
     main(**vars(parser.parse_args()))

@@ -30,10 +30,14 @@ ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", 
 
 
 def api_config() -> dict:
-    """The small config with no planted exploration: TRL's own GRPOTrainer has no hook to force it."""
+    """The small config with no planted exploration (TRL's own GRPOTrainer has no hook to force it), in the smooth
+    regime (AdamW's epsilon 1e-3, no clipping: docs/influence.md), where the exact influence is the LDS's positive
+    control, and with a few LDS subsets and no finite-difference checks in the workflow's influence job."""
     cfg = copy.deepcopy(small_config())
     cfg["run"] = RUN
     cfg["planting"].update(explore=0, fraction=1.0)
+    cfg["grpo"].update(adam_epsilon=1e-3, max_grad_norm=1e9)
+    cfg["influence"].update(lds_subsets=8, lds_levels=["rollout"], fd_rollouts=0, lds_both_semantics=False)
     return cfg
 
 
@@ -47,11 +51,12 @@ def both_runs(tmp_path_factory):
     """The workflow's run of seed 0 as far as its score files, and the example script's own run beside it."""
     workdir = tmp_path_factory.mktemp("api")
     (workdir / "config.yaml").write_text(yaml.safe_dump(api_config()))
-    res = snakemake(workdir, f"results/{RUN}/config.yaml", *map(workflow_score, ESTIMATORS))
+    influence = [f"results/{RUN}/planted0/influence/{name}.parquet" for name in ("rollouts", "retrain")]
+    res = snakemake(workdir, f"results/{RUN}/config.yaml", *map(workflow_score, ESTIMATORS), *influence)
     assert res.returncode == 0, res.stderr[-4000:]
     own = workdir / "own"
     res = subprocess.run(
-        [sys.executable, str(EXAMPLE), str(workdir / "results" / RUN), str(own)],
+        [sys.executable, str(EXAMPLE), str(workdir / "results" / RUN), str(own), "--influence"],
         capture_output=True,
         text=True,
         env={**os.environ, **ONE_THREAD},
@@ -140,3 +145,28 @@ def test_capture_refuses_a_trainer_it_cannot_follow_before_training(base_model_d
     for named in ("GRPOConfig.num_iterations = 2", "GRPOConfig.loss_type = 'cispo'", "label_reward 'bonus'"):
         assert named in str(refused.value)
     assert not (tmp_path / "capture").exists()
+
+
+def test_the_exact_influence_and_the_lds_through_the_api_are_the_workflows_on_the_same_run(both_runs):
+    from behaviortrace.api import Run
+
+    workdir, own, _ = both_runs
+    seed_dir = workdir / "results" / RUN / "planted0"
+    run = Run(own / "capture")
+    probes = pl.read_parquet(workdir / "results" / RUN / "data" / "probe_prompts.parquet")["prompt"].to_list()
+    marker, end = run.cfg.planting.marker, 3  # influence.measure_at window_end: the window is steps 0..2
+    table, checks = run.influence(marker, probes, end=end)
+    theirs = pl.read_parquet(seed_dir / "influence" / "rollouts.parquet")
+    assert table["rollout_id"].to_list() == theirs["rollout_id"].to_list()
+    for column in ("influence", "influence_advantages", "influence_held"):
+        assert np.array_equal(table[column].to_numpy(), theirs[column].to_numpy()), column
+    assert table.equals(pl.read_parquet(own / "influence.parquet"))  # the example's, to the workflow's T
+    assert checks["step"].to_list() == [2, 3]  # the replay passes the checkpoints of steps 2 and 3
+    retrained = pl.read_parquet(seed_dir / "influence" / "retrain.parquet").filter(pl.col("kind") == "lds")
+    removed = [set(ids) for ids in retrained["removed_ids"].to_list()]
+    noise = table.with_columns(influence=pl.Series(np.random.default_rng(0).normal(size=table.height)))
+    lds, sets = run.lds({"exact": table, "random": noise}, marker, probes, removed=removed, end=end, bootstrap=200)
+    assert np.array_equal(sets["f"].to_numpy(), retrained["f"].to_numpy())
+    # The positive control: in the smooth regime I predicts its own retraining; a random score does not.
+    exact, random = (lds.row(by_predicate=pl.col("name") == name, named=True) for name in ("exact", "random"))
+    assert exact["low"] > 0 and exact["lds"] > random["lds"], (exact, random)

@@ -141,7 +141,7 @@ def test_the_reference_page_is_generated_from_the_definitions():
         ("placebo.seeds", [], "placebo.seeds = []: placebo.enabled is true but no seed is listed"),
         ("checklist.fluency_strata", ["nowhere"], "checklist.fluency_strata.0 = 'nowhere'"),
         ("checklist.min_behavior_gap", 1.5, "checklist.min_behavior_gap = 1.5"),
-        ("checklist.min_oracle_drop", -0.1, "checklist.min_oracle_drop = -0.1"),
+        ("checklist.min_label_drop", -0.1, "checklist.min_label_drop = -0.1"),
         ("replay.estimators", ["gas", "nosuch"], "replay.estimators: 'nosuch' is not under estimators"),
         ("replay.draw", 2, "replay.draw = 2: only 2 draws"),
         ("replay.removal_percent", [0], "replay.removal_percent.0 = 0"),

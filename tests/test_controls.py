@@ -373,9 +373,9 @@ def test_beats_log_only_verdict_recomputed(metrics, finished_run):
         assert checklist["estimators"][name]["beats_log_only"]["verdict"] == "n/a"
 
 
-def test_step_precision_at_gt_matches_brute_force(medium):
-    """The paper's step metric: steps as units, GT the steps that paid, precision of the top |GT| steps. A look-up
-    of whether the step paid (the step_paid control) reaches 1 by construction."""
+def test_step_precision_at_paid_steps_matches_brute_force(medium):
+    """The paper's step metric: steps as units, the label the steps that paid, precision of as many top-scored steps
+    as paid. A look-up of whether the step paid (the step_paid control) reaches 1 by construction."""
     raw, runs = medium
     rows = runs[("planted", 0)]
     rng = np.random.default_rng(1)
@@ -390,10 +390,12 @@ def test_step_precision_at_gt_matches_brute_force(medium):
     gt = int(means["label"].sum())
     top = means.sort("score", descending=True).head(gt)
     brute = top["label"].sum() / gt
-    got = _value(table, "noisy", "precision_at_gt", level="step")
+    got = _value(table, "noisy", "precision_at_paid_steps", level="step")
     assert got["value"] == pytest.approx(brute, abs=1e-12)
     assert got["n"] == paid.height
-    assert _value(table, "noisy", "chance_gt", level="step")["value"] == pytest.approx(gt / paid.height, abs=1e-12)
-    perfect = _value(table, "paid", "precision_at_gt", level="step")
+    assert _value(table, "noisy", "chance_paid_steps", level="step")["value"] == pytest.approx(
+        gt / paid.height, abs=1e-12
+    )
+    perfect = _value(table, "paid", "precision_at_paid_steps", level="step")
     assert perfect["value"] == 1.0 and perfect["ci_low"] == 1.0
-    assert _value(table, "paid", "lift_gt", level="step")["value"] == pytest.approx(paid.height / gt)
+    assert _value(table, "paid", "lift_paid_steps", level="step")["value"] == pytest.approx(paid.height / gt)

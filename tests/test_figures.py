@@ -23,8 +23,8 @@ def _table(seeds=(0, 1, 2), draws=(0, 1)) -> pl.DataFrame:
 
     for arm in ("planted", "placebo"):
         for seed in seeds:
-            row(arm, seed, None, "labels", "none")
-            row(arm, seed, None, "labels", "none", metric="paid_share_of_positive_influence")
+            row(arm, seed, None, "label", "none")
+            row(arm, seed, None, "label", "none", metric="paid_share_of_positive_influence")
             for draw in draws:
                 for est in TARGETED:
                     for target in ("in_context", "forced"):
@@ -41,9 +41,9 @@ def test_the_figure_draws_the_cells_the_checklist_judges():
     rows = spearman_rows(table, "forced")
     assert set(rows["arm"]) == {"planted"} and set(rows["level"]) == {"rollout"} and set(rows["stratum"]) == {"all"}
     assert set(rows["target"]) == {"forced", "none"} and set(rows["metric"]) == {"spearman"}
-    # Every estimator on every seed and draw, the labels once per seed.
-    assert rows.filter(pl.col("estimator") != "labels").height == len(TARGETED + CONTROLS) * 3 * 2
-    assert rows.filter(pl.col("estimator") == "labels")["seed"].sort().to_list() == [0, 1, 2]
+    # Every estimator on every seed and draw, the label once per seed.
+    assert rows.filter(pl.col("estimator") != "label").height == len(TARGETED + CONTROLS) * 3 * 2
+    assert rows.filter(pl.col("estimator") == "label")["seed"].sort().to_list() == [0, 1, 2]
 
 
 def test_the_figure_fits_a_page(tmp_path):

@@ -136,7 +136,7 @@ def test_advantages_follow_from_group_rewards(spied_run):
         assert group["advantage"].to_list() == pytest.approx(expected.tolist(), abs=1e-4)
 
 
-def test_ground_truth_follows_the_planting_rule(spied_run, cfg):
+def test_the_label_follows_the_planting_rule(spied_run, cfg):
     rollouts, _, _ = spied_run
     planting = cfg["planting"]
     for row in rollouts.iter_rows(named=True):

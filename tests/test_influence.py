@@ -635,7 +635,7 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     expected = {(a, s, d, e, t) for a, s in runs for d in range(cfg["targets"]["draws"]) for e, t in keys}
     assert expected <= set(rollout.select("arm", "seed", "draw", "estimator", "target").rows())
     lds = table.filter(pl.col("metric") == "lds")
-    assert {"influence", "labels", "earlier", "datamodel"} <= set(lds["estimator"])
+    assert {"influence", "label", "earlier", "datamodel"} <= set(lds["estimator"])
     assert (lds["n"] == cfg["influence"]["lds_subsets"]).all() and set(lds["level"]) == {
         "rollout_subset",
         "group_subset",
@@ -650,7 +650,7 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     )
     assert ((low <= lds["value"] + 1e-12) & (lds["value"] <= high + 1e-12)).fill_null(True).all()
     sets = table.filter(pl.col("level") == "set")
-    assert set(sets["estimator"]) == {"oracle", *cfg["influence"]["sets"]} and set(sets["arm"]) == {"planted"}
+    assert set(sets["estimator"]) == {"label", *cfg["influence"]["sets"]} and set(sets["arm"]) == {"planted"}
     # Spot checks against the files, computed independently.
     seed_dir = out / "planted0"
     infl = pl.read_parquet(seed_dir / "influence" / "rollouts.parquet")
@@ -705,7 +705,7 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     )
     assert share["value"][0] == pytest.approx(carried)
     text = (out / "tables" / "influence.md").read_text()
-    assert "Most influential rollouts" in text and "Where the ground truths agree and where they part" in text
+    assert "Most influential rollouts" in text and "Where the truths agree and where they part" in text
     end = summary["end"]
     paid_before = [  # paid rollouts before T per planted seed, from the rollout logs
         pl.read_parquet(out / f"planted{s}" / "rollouts.parquet").filter((pl.col("step") < end) & pl.col("paid")).height
@@ -721,7 +721,7 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     assert all(
         {log_steps[z] for z in ids} == {s} for s, ids in zip(steps_out["index"], steps_out["removed_ids"], strict=True)
     )
-    assert {"influence", "step_effect", "earlier", "labels"} <= set(
+    assert {"influence", "step_effect", "earlier", "label"} <= set(
         table.filter(pl.col("level") == "step_out")["estimator"]
     )
     assert (out / "figures" / "influence.png").stat().st_size > 10_000

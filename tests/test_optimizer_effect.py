@@ -1,7 +1,7 @@
 """What the optimizer did and what each step did to the behavior, on real TRL runs of the tiny model:
 the logged AdamW state reproduces every update exactly, its first-order effect on the forced target
 matches a finite difference across real optimizer steps, adam_tracin computes that effect, and the
-effect ground truth in the step log is the directly measured log-prob."""
+measured effect in the step log is the directly measured log-prob."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def test_first_order_effect_through_adam_matches_the_finite_difference_of_each_s
         assert predicted == pytest.approx(quotient, rel=1e-3), s
 
 
-def test_effect_ground_truth_is_the_directly_measured_log_prob(stepped_run, cfg, cpu):
+def test_the_measured_effect_is_the_directly_measured_log_prob(stepped_run, cfg, cpu):
     """Step log: f at each step's weights (= its checkpoint here), after its update, and the change."""
     run, steps = stepped_run, stepped_run["steps"]
     marker, temperature = cfg["planting"]["marker"], cfg["grpo"]["temperature"]

@@ -35,16 +35,16 @@ def _metrics(norm_lift: float, fluency_auc: float, token: float) -> pl.DataFrame
     rows = []
     for seed in (0, 1, 2):
         rows += [
-            _row(seed, "norm_post_clip", "step_summed", "lift_gt", norm_lift),
-            _row(seed, "norm_post_clip", "step_summed", "precision_at_gt", norm_lift * 0.1),
-            _row(seed, "norm", "step", "lift_gt", 1.5),
-            _row(seed, "gas", "step", "lift_gt", 3.0, target="in_context"),
-            _row(seed, "step_reward_variance", "step", "lift_gt", 3.5),
-            # GT itself: never the "strongest log-only control" of finding 1.
-            _row(seed, "step_paid", "step", "lift_gt", 10.0),
+            _row(seed, "norm_post_clip", "step_summed", "lift_paid_steps", norm_lift),
+            _row(seed, "norm_post_clip", "step_summed", "precision_at_paid_steps", norm_lift * 0.1),
+            _row(seed, "norm", "step", "lift_paid_steps", 1.5),
+            _row(seed, "gas", "step", "lift_paid_steps", 3.0, target="in_context"),
+            _row(seed, "step_reward_variance", "step", "lift_paid_steps", 3.5),
+            # the label itself: never the "strongest log-only control" of finding 1.
+            _row(seed, "step_paid", "step", "lift_paid_steps", 10.0),
             # The harness's own step metric: not what finding 1 reads.
             _row(seed, "norm_post_clip", "step_summed", "lift", 0.5),
-            _row(seed, "gas", "step", "chance_gt", 0.1, target="in_context"),
+            _row(seed, "gas", "step", "chance_paid_steps", 0.1, target="in_context"),
             _row(seed, "fluency", "rollout", "auroc", fluency_auc, stratum="saturated"),
             _row(seed, "gas", "rollout", "auroc", 0.62, stratum="saturated", target="in_context"),
             _row(seed, "gas", "rollout", "within_group_auc_fluency_resid", 0.4 + 0.1 * seed, target="in_context"),

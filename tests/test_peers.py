@@ -21,8 +21,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from behaviortrace.estimators import tracincp, trak
 from behaviortrace.score.view import SeedView, Target
 
-N, K, STEPS = 24, 10, 3
-IDENTITY = {"proj_type": "identity", "proj_dim": K, "proj_seed": 0}  # a full dict: dattri mutates its default
+N, DIM, STEPS = 24, 10, 3
+IDENTITY = {"proj_type": "identity", "proj_dim": DIM, "proj_seed": 0}  # a full dict: dattri mutates its default
 
 
 class Features(torch.nn.Module):
@@ -30,7 +30,7 @@ class Features(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.w = torch.nn.Parameter(torch.zeros(K, dtype=torch.float64))
+        self.w = torch.nn.Parameter(torch.zeros(DIM, dtype=torch.float64))
 
 
 def _loss(params, data):
@@ -51,7 +51,7 @@ def _loader(rows: np.ndarray) -> DataLoader:
 def problem():
     """A seed of 24 rollouts in 3 steps (one clipped), with two target vectors and rollouts split between them."""
     rng = np.random.default_rng(0)
-    phi = rng.normal(size=(N, K))
+    phi = rng.normal(size=(N, DIM))
     rollouts = pl.DataFrame(
         {
             "rollout_id": np.arange(N),
@@ -65,7 +65,7 @@ def problem():
         {"step": np.arange(STEPS), "lr": [1e-3, 8e-4, 6e-4], "clip_coef": [1.0, 0.4, 1.0], "grad_norm": [1.0] * 3}
     )
     view = SeedView.from_arrays(rollouts, {"sketch": phi, "norm": np.linalg.norm(phi, axis=1)}, steps)
-    vectors = rng.normal(size=(2, K))
+    vectors = rng.normal(size=(2, DIM))
     target = Target("in_context", 0, np.array([0, 1]), vectors, np.linalg.norm(vectors, axis=1), np.array([4, 4]))
     idx, has = target.for_rows(view)
     assert has.all() and set(idx) == {0, 1}
@@ -81,7 +81,7 @@ def _dattri_trak(features: np.ndarray, targets: np.ndarray, lam: float) -> np.nd
         correct_probability_func=_probability,
         device="cpu",
         projector_kwargs=dict(IDENTITY),
-        regularization=lam / K,
+        regularization=lam / DIM,
     )
     attributor.cache(_loader(features))
     return attributor.attribute(_loader(targets)).numpy()

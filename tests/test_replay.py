@@ -161,8 +161,8 @@ def test_removal_sets(run):
     rollouts = run["rollouts"]
     paid = set(rollouts.filter(pl.col("paid"))["rollout_id"].to_list())
     assert removal_set("full", 100, rollouts, None, 0, 0) == set()
-    assert removal_set("oracle", 100, rollouts, None, 0, 0) == paid
-    half = removal_set("oracle", 50, rollouts, None, 0, 0)
+    assert removal_set("label", 100, rollouts, None, 0, 0) == paid
+    half = removal_set("label", 50, rollouts, None, 0, 0)
     assert half < paid and len(half) == removal_size(len(paid), 50)
     # An estimator's top-scored set is chosen among the rollouts before the replay's end only.
     end = 2
@@ -179,7 +179,7 @@ def test_removal_sets(run):
     count = lambda ids: sorted(Counter(steps[i] for i in ids).items())  # noqa: E731
     assert all(count(d) == count(half) for d in draws) and len({frozenset(d) for d in draws}) > 1
     assert draws == random_comparisons("gas", half, 50, 5, rollouts, 0, 0)  # seeded
-    assert draws[0] != random_comparisons("oracle", half, 50, 1, rollouts, 0, 0)[0]  # a seed per set
+    assert draws[0] != random_comparisons("label", half, 50, 1, rollouts, 0, 0)[0]  # a seed per set
     scores = pl.DataFrame({"rollout_id": [1, 2, 3, 4, 5], "score": [0.5, float("nan"), 0.9, 0.5, 0.1]})
     assert top_scored(scores, 1, 0) == {3}
     ties = [top_scored(scores, 2, s) for s in range(20)]

@@ -331,7 +331,7 @@ def test_replay_table_covers_every_seed_and_removal(finished_run, out):
     _, cfg = finished_run
     table = pl.read_parquet(out / "tables" / "replay.parquet")
     rp = cfg["replay"]
-    # full, then per percent the oracle and every estimator, each with its step-matched random repetitions
+    # full, then per percent the label set and every estimator, each with its step-matched random repetitions
     per_seed = 1 + len(rp["removal_percent"]) * (1 + len(rp["estimators"])) * (1 + rp["random_repeats"])
     keys = ["seed", "removal", "matched_to", "removal_percent", "rep"]
     assert table.select(keys).unique().height == len(cfg["seeds"]) * per_seed
@@ -342,9 +342,9 @@ def test_replay_table_covers_every_seed_and_removal(finished_run, out):
     assert within(full["update_error"].max(), UPDATE_TOLERANCE)  # reproduces the checkpoints (tolerance.py)
     for seed in cfg["seeds"]:
         rollouts = pl.read_parquet(out / f"planted{seed}" / "rollouts.parquet")
-        oracle = table.filter((pl.col("seed") == seed) & (pl.col("removal") == "oracle"))
-        assert (oracle["n_removed_paid"] == int(rollouts["paid"].sum())).all()
-        removed = set(oracle["removed_ids"][0].to_list())
+        label_set = table.filter((pl.col("seed") == seed) & (pl.col("removal") == "label"))
+        assert (label_set["n_removed_paid"] == int(rollouts["paid"].sum())).all()
+        removed = set(label_set["removed_ids"][0].to_list())
         assert removed == set(rollouts.filter(pl.col("paid"))["rollout_id"].to_list())
         gas = table.filter((pl.col("seed") == seed) & (pl.col("removal") == "gas"))["removed_ids"][0].to_list()
         # the top-scored set among the rollouts of the steps before the replay's last measured checkpoint
@@ -356,7 +356,7 @@ def test_replay_table_covers_every_seed_and_removal(finished_run, out):
         assert (scores.filter(~pl.col("rollout_id").is_in(gas) & (pl.col("step") < end))["score"] <= cutoff).all()
         # every random comparison takes as many rollouts from each step as the set it is matched to
         steps = dict(zip(rollouts["rollout_id"].to_list(), rollouts["step"].to_list(), strict=True))
-        for name, ids in (("gas", gas), ("oracle", list(removed))):
+        for name, ids in (("gas", gas), ("label", list(removed))):
             matched = table.filter((pl.col("seed") == seed) & (pl.col("matched_to") == name))
             assert matched["rep"].n_unique() == rp["random_repeats"]
             per_step = Counter(steps[i] for i in ids)
@@ -379,20 +379,20 @@ def test_replay_has_power_verdict_recomputed(finished_run, out, checklist):
     ok, failed = [], []
     for seed in cfg["seeds"]:
         for pct in cfg["replay"]["removal_percent"]:
-            oracle = [
+            label_set = [
                 r["behavior_rate"] - full[seed]
                 for r in rows
-                if (r["seed"], r["removal"], r["removal_percent"]) == (seed, "oracle", pct)
+                if (r["seed"], r["removal"], r["removal_percent"]) == (seed, "label", pct)
             ]
             random = [
                 r["behavior_rate"] - full[seed]
                 for r in rows
-                if (r["seed"], r["matched_to"], r["removal_percent"]) == (seed, "oracle", pct)
+                if (r["seed"], r["matched_to"], r["removal_percent"]) == (seed, "label", pct)
             ]
-            assert len(oracle) == 1 and len(random) == cfg["replay"]["random_repeats"]
-            short = oracle[0] > -cfg["checklist"]["min_oracle_drop"]
-            ok.append(not short and oracle[0] < min(random))
-            failed.append(short or oracle[0] >= sum(random) / len(random))
+            assert len(label_set) == 1 and len(random) == cfg["replay"]["random_repeats"]
+            short = label_set[0] > -cfg["checklist"]["min_label_drop"]
+            ok.append(not short and label_set[0] < min(random))
+            failed.append(short or label_set[0] >= sum(random) / len(random))
     assert checklist["run"]["replay_has_power"]["verdict"] == _three_valued(ok, failed)
 
 
@@ -460,9 +460,7 @@ def test_effect_metrics_recomputed_from_the_step_log_and_the_step_scores(
         assert "effect_share" not in rows
     rollouts = pl.read_parquet(out / "planted0" / "rollouts.parquet")
     counts = rollouts.group_by("step").agg(pl.col("paid").sum()).sort("step")["paid"].to_numpy()[keep]
-    paid = _rows(
-        metrics, arm="planted", seed=0, draw=0, estimator="paid_per_step", stratum=stratum, metric="effect_spearman"
-    )
+    paid = _rows(metrics, arm="planted", seed=0, draw=0, estimator="label", stratum=stratum, metric="effect_spearman")
     expected = _brute_spearman(counts.astype(float), change)
     if np.isnan(expected):  # the same paid count at every step of the stratum: no correlation is defined
         assert np.ptp(counts) == 0 and np.isnan(paid[0]["value"])

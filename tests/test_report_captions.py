@@ -1,5 +1,5 @@
 """Every caption of the HTML report (workflow/report/*.rst) is clean reStructuredText. Rendered as `snakemake
---report` renders it (Jinja, then docutils' HTML writer), it raises no docutils system message: a `|GT|` in a
+--report` renders it (Jinja, then docutils' HTML writer), it raises no docutils system message: a `|paid steps|` in a
 caption, for example, is a substitution reference that is defined nowhere, and the report prints an ERROR for it
 and shows a "Docutils System Messages" box under the figure."""
 
@@ -57,8 +57,11 @@ def test_caption_renders_without_a_docutils_message(path):
 @pytest.mark.parametrize(
     "text, message",
     [
-        # The lift caption before issue 30: what `snakemake --report` printed as (ERROR/3).
-        ("Lift (precision at |GT| divided by chance) at step level.", 'Undefined substitution referenced: "GT"'),
+        # The lift caption before issue 30 (which named the paid steps with two pipes): an ERROR/3 of the report.
+        (
+            "Lift (precision at |paid steps| divided by chance) at step level.",
+            'Undefined substitution referenced: "paid steps"',
+        ),
         ("the number of *paid rollouts.", "Inline emphasis start-string without end-string"),
         ("the key ``checklist of the config.", "Inline literal start-string without end-string"),
         ("see `the table`_ below.", 'Unknown target name: "the table"'),

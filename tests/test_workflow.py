@@ -50,14 +50,10 @@ def test_every_output_exists_and_is_consistent(finished_run):
             assert paid["n"].to_list() == [int(rollouts["paid"].sum())]
             if paid["n"][0] > 0:
                 evaluated_seeds.add(seed)
-                assert set(metrics["estimator"]) == set(cfg["estimators"]) | {
-                    "ground_truth",
-                    "behavior_tokens",
-                    "paid_per_step",
-                }
+                assert set(metrics["estimator"]) == set(cfg["estimators"]) | {"label", "behavior_tokens"}
                 assert set(metrics["level"]) >= {"rollout", "step", "step_summed", "token"}
-            else:  # nothing to find: only the ground-truth count
-                assert set(metrics["estimator"]) == {"ground_truth"}
+            else:  # nothing to find: only the label's count
+                assert set(metrics["estimator"]) == {"label"}
             assert (metrics["seed"] == seed).all() and (metrics["draw"] == draw).all()
             scores = pl.read_parquet(out / f"planted{seed}" / "scores" / "gas" / f"draw{draw}_in_context.parquet")
             assert scores.height == rollouts.height

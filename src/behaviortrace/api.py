@@ -9,10 +9,12 @@ against it, by the contract rule score runs (score/contract.py).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import math
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -23,12 +25,18 @@ from transformers import TrainerCallback
 from behaviortrace.common.io import atomic_write_text, replace_dir
 from behaviortrace.config.load import complete
 from behaviortrace.config.schema import check_schema
-from behaviortrace.config.sections import Config
+from behaviortrace.config.sections import SCHEDULERS, Config
 from behaviortrace.gradients.logprob import forced_items
+from behaviortrace.influence.inputs import start
+from behaviortrace.influence.lds import Resamples, interval, predicted_changes
+from behaviortrace.influence.metagradient import StateStore, exact_influence
+from behaviortrace.influence.retrain import value_after
+from behaviortrace.influence.sets import lds_subsets, units
 from behaviortrace.model import models
 from behaviortrace.model.prompt_format import completion_text, prompt_ids
 from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.plant.planting import rollout_id, shows_behavior
+from behaviortrace.replay.retrain import update_error, weight_difference
 from behaviortrace.score import contract
 from behaviortrace.score.view import SeedView, Target
 from behaviortrace.sketch.capture import TrainCapture, shard_name
@@ -50,6 +58,8 @@ from behaviortrace.train.trl_surface import SKETCHABLE_LOSSES, install_hooks
 
 log = logging.getLogger(__name__)
 CONFIG_FILE = "config.json"  # the settings a capture ran with, as a BehaviorTrace config
+REPLAY_FILE = "replay.json"  # why the exact influence could not replay the run (empty: it can)
+SECTIONS = ("grpo", "sketch", "planting", "model", "compute", "influence")
 
 
 class Capture(StepLogging, TrainerCallback):
@@ -173,8 +183,10 @@ class Capture(StepLogging, TrainerCallback):
         self.log_batch(rows, lr, int(out["num_items_in_batch"]))
 
     # TrainerCallback events.
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
         self.rollout_log.discard_from(state.global_step)  # a resumed run redoes the steps after its checkpoint
+        problems = replay_problems(args, optimizer)
+        atomic_write_text(json.dumps({"problems": problems}, indent=1) + "\n", self.folder / REPLAY_FILE)
         if state.global_step == 0:
             step0 = checkpoint_dir(self.train_dir, 0)
             self.trainer.save_model(str(step0))
@@ -222,6 +234,7 @@ def capture_config(args, behavior: str, sketch: dict, save_every: int, model) ->
     """The BehaviorTrace config of a captured run: its GRPO settings read from the trainer's GRPOConfig, the sketch
     settings given, the behavior as the planting's marker; validated as a workflow config is."""
     batch = args.per_device_train_batch_size
+    scheduler = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
     grpo = {
         "steps": args.max_steps,
         "prompts_per_step": batch // args.num_generations,
@@ -230,6 +243,8 @@ def capture_config(args, behavior: str, sketch: dict, save_every: int, model) ->
         "temperature": args.temperature,
         "top_p": args.top_p,
         "lr": args.learning_rate,
+        "lr_scheduler": scheduler if scheduler in SCHEDULERS else "constant",
+        "warmup_steps": int(args.warmup_steps) if float(args.warmup_steps).is_integer() else 0,
         "weight_decay": args.weight_decay,
         "adam_beta1": args.adam_beta1,
         "adam_beta2": args.adam_beta2,
@@ -243,8 +258,28 @@ def capture_config(args, behavior: str, sketch: dict, save_every: int, model) ->
     name = getattr(model.config, "_name_or_path", "") or type(model).__name__
     raw = complete({"grpo": grpo, "sketch": {**sketch, "mode": "train"}, "planting": {"marker": behavior}})
     raw["model"]["name"] = str(name)
+    on_cuda = next(model.parameters()).is_cuda
+    raw["compute"] = {"device": "cuda" if on_cuda else "cpu", "dtype": "bfloat16" if args.bf16 else "float32"}
     check_schema(raw)
-    return Config.from_dict({key: raw[key] for key in ("grpo", "sketch", "planting", "model")})
+    return Config.from_dict({key: raw[key] for key in SECTIONS})
+
+
+def replay_problems(args, optimizer) -> list[str]:
+    """Why the exact influence could not replay this training step for step (it rebuilds the optimizer and schedule
+    as transformers' Trainer builds them from the captured GRPO settings), each naming its GRPOConfig field."""
+    problems = []
+    scheduler = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    if scheduler not in SCHEDULERS:
+        problems.append(f"GRPOConfig.lr_scheduler_type = {scheduler!r}: the replay knows {', '.join(SCHEDULERS)}")
+    if not float(args.warmup_steps).is_integer():
+        problems.append(f"GRPOConfig.warmup_steps = {args.warmup_steps}: the replay takes a whole number of steps")
+    for field in ("lr_scheduler_kwargs", "optim_args"):
+        if getattr(args, field, None):
+            problems.append(f"GRPOConfig.{field} = {getattr(args, field)!r}: the replay builds the defaults")
+    inner = type(getattr(optimizer, "optimizer", optimizer))
+    if inner.__module__ != "torch.optim.adamw" or inner.__name__ != "AdamW":
+        problems.append(f"the optimizer is {inner.__module__}.{inner.__name__}: the replay is torch's AdamW only")
+    return problems
 
 
 def _device_of(trainer) -> dict:
@@ -334,6 +369,104 @@ class Run:
             )
         view = SeedView(self.shards, self.rollouts_path)
         return contract.run(estimator, settings, view, target if instance.uses_target else None)
+
+    def influence(
+        self,
+        behavior: str,
+        prompts: list[str],
+        *,
+        end: int | None = None,
+        semantics: str = "advantages",
+        segment_steps: int = 50,
+        dtype: str = "float64",
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The exact influence I_z of every rollout of the steps before `end` (default: every step) on f(w_end),
+        the behavior's mean log-prob right after each prompt, through the replayed training (docs/influence.md),
+        by the code of rule influence: a table of `rollout_id`, `step`, `influence` (under `semantics`),
+        `influence_advantages` and `influence_held`; and the replay's check against each saved checkpoint it
+        passes (`weight_difference`, the largest; `update_error`, the distance as a share of the update)."""
+        traj, objective, end, device = _replay(self, behavior, prompts, end, semantics, dtype)
+        checks = []
+
+        def compare(step_done: int, t) -> None:
+            if step_done in self.checkpoints:
+                saved, first = self.checkpoints[step_done], self.checkpoints[0]
+                difference = weight_difference(t.model, saved, device)
+                share = update_error(t.model, saved, first, device)
+                checks.append({"step": step_done, "weight_difference": difference, "update_error": share})
+
+        with tempfile.TemporaryDirectory(dir=self.folder, prefix=".states-") as folder:
+            result = exact_influence(traj, objective, end, segment_steps, StateStore(folder, "cpu"), (), compare)
+        table = pl.DataFrame(
+            {
+                "rollout_id": result.rollout_ids,
+                "step": result.steps,
+                "influence": result.influence,
+                "influence_advantages": result.advantages,
+                "influence_held": result.held,
+            }
+        )
+        return table, pl.DataFrame(
+            checks, schema={"step": pl.Int64, "weight_difference": pl.Float64, "update_error": pl.Float64}
+        )
+
+    def lds(
+        self,
+        scores: dict[str, pl.DataFrame],
+        behavior: str,
+        prompts: list[str],
+        *,
+        removed: list[set[int]] | None = None,
+        subsets: int = 50,
+        percent: int = 50,
+        level: str = "rollout",
+        end: int | None = None,
+        semantics: str = "advantages",
+        dtype: str = "float64",
+        seed: int = 0,
+        bootstrap: int = 1000,
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The linear datamodeling score of each attribution in `scores` (name -> a table with `rollout_id` and
+        `score`, as `score` returns, or `influence`, as `influence` returns). Training is replayed to `end` once per
+        removed set, its rollouts weighted 0 (under `semantics`); an attribution's LDS is the Spearman correlation
+        of minus each set's summed scores with f(w_end) after it, with a bootstrap interval over the sets
+        (influence/lds.py; every attribution on the same resamples). The sets are `removed`, or `subsets` random
+        subsets of `percent` % of the rollouts (level rollout) or groups (level group) before `end`, drawn with
+        `seed`. Returns a table of `name`, `lds`, `low`, `high`, and one of the sets: `removed_ids`, `f`."""
+        traj, objective, end, _ = _replay(self, behavior, prompts, end, semantics, dtype)
+        if removed is None:
+            units_ = units(self.rollouts.filter(pl.col("step") < end), level)
+            removed = lds_subsets(units_, subsets, percent, seed, "api", int(self.rollouts["seed"][0]), level)
+        first = traj.state()
+        measured = np.array([value_after(traj, first, dict.fromkeys(s, 0.0), end, objective) for s in removed])
+        resamples = Resamples(measured, bootstrap, seed, "api", level, percent)
+        rows = []
+        for name, table in scores.items():
+            column = "score" if "score" in table.columns else "influence"
+            by_id = dict(zip(table["rollout_id"].to_list(), table[column].to_list(), strict=True))
+            ids = sorted(by_id)
+            place = {z: i for i, z in enumerate(ids)}
+            members = [np.array([place[z] for z in sorted(s) if z in place], dtype=int) for s in removed]
+            point, samples = resamples.lds(predicted_changes(np.array([by_id[z] for z in ids], float), members))
+            rows.append({"name": name, "lds": point, **dict(zip(("low", "high"), interval(samples), strict=True))})
+        sets = pl.DataFrame({"removed_ids": [sorted(s) for s in removed], "f": measured})
+        return pl.DataFrame(rows), sets
+
+
+def _replay(run: Run, behavior: str, prompts: list[str], end: int | None, semantics: str, dtype: str):
+    """The replayed training of a captured run at step 0, f (the behavior's mean log-prob after each prompt) and
+    T; refused where the run's optimizer cannot be replayed."""
+    problems = json.loads((run.folder / REPLAY_FILE).read_text())["problems"]
+    if problems:
+        raise ValueError("the exact influence cannot replay this run:\n  " + "\n  ".join(problems))
+    steps = run.cfg.grpo.steps
+    end = steps if end is None else end
+    if not 0 < end <= steps:
+        raise ValueError(f"end = {end}: a number of steps from 1 to the run's {steps}")
+    cfg = dataclasses.replace(run.cfg, influence=dataclasses.replace(run.cfg.influence, semantics=semantics))
+    step0 = run.checkpoints[0]  # TRL's reference model for the KL term is the model training started from
+    traj, objective, device = start(cfg, run.rollouts, step0, step0, prompts, behavior, dtype)
+    return traj, objective, end, device
 
 
 def _items(tokenizer, behavior, prompts, completions) -> list[tuple[list[int], list[int], list[int]]]:

@@ -210,7 +210,7 @@ def replay_runs():
     """(removal, pct) of every replay job of one seed; removal 'full' leaves nothing out."""
     runs = [("full", 0)]
     for pct in CFG.replay.removal_percent:
-        runs += [("oracle", pct)] + [(e, pct) for e in CFG.replay.estimators]
+        runs += [("label", pct)] + [(e, pct) for e in CFG.replay.estimators]
     return runs
 
 

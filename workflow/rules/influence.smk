@@ -29,7 +29,7 @@ rule influence:
     params:
         config=config_for("grpo", "planting", "influence", "compute"),
         # The leave-out replay's paid sets (planted seeds), without the rest of the replay section.
-        oracle_percents=lambda wildcards: CFG.replay.removal_percent if wildcards.arm == "planted" else [],
+        label_percents=lambda wildcards: CFG.replay.removal_percent if wildcards.arm == "planted" else [],
         replay_seed=CFG.replay.seed,
     script:
         "../scripts/influence.py"

@@ -1,4 +1,4 @@
-"""Rule effect_steps: per step, the measured behavior change, the labels and the step scores (report/effect.py)."""
+"""Rule effect_steps: per step, the measured behavior change, the label and the step scores (report/effect.py)."""
 
 import logging
 from pathlib import Path

@@ -20,6 +20,6 @@ influence_job(
     out_checks=Path(sm.output.checks),
     out_retrain=Path(sm.output.retrain),
     out_summary=Path(sm.output.summary),
-    oracle_percents=tuple(sm.params.oracle_percents),
+    label_percents=tuple(sm.params.label_percents),
     replay_seed=sm.params.replay_seed,
 )

@@ -1,4 +1,4 @@
-"""Rule influence_metrics: how well every estimator, control and the labels track the exact influence."""
+"""Rule influence_metrics: how well every estimator, control and the label track the exact influence."""
 
 from pathlib import Path
 

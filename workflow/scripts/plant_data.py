@@ -1,4 +1,4 @@
-"""Rule plant_data: training prompts in training order; held-out probe and control prompts."""
+"""Rule plant_data: training prompts in training order; held-out probe and plain prompts."""
 
 from behaviortrace.common.job import start
 from behaviortrace.jobs.plant import plant_data_job

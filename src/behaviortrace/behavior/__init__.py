@@ -1,1 +1,1 @@
-"""How often a model shows the behavior on probe and control prompts (rule behavior)."""
+"""How often a model shows the behavior on probe and plain prompts (rule behavior)."""

@@ -1,4 +1,4 @@
-"""Behavior rate: how often sampled completions show the marker, on probe and on control prompts."""
+"""Behavior rate: how often sampled completions show the marker, on probe and on plain prompts."""
 
 from __future__ import annotations
 

@@ -169,7 +169,7 @@ def _analysis(cfg: Config) -> list[str]:
     for name in replay.estimators:
         if name not in cfg.estimators:
             problems.append(f"config key replay.estimators: {name!r} is not under estimators")
-        if name in ("full", "oracle", "random"):
+        if name in ("full", "label", "random"):
             problems.append(f"config key replay.estimators: {name!r} is a built-in replay (always run); remove it")
     if replay.target_kind not in kinds:
         problems.append(f"config key replay.target_kind = {replay.target_kind!r}: not among evaluation.target_kinds")

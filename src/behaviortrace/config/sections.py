@@ -380,7 +380,7 @@ class Replay:
     draw: int = key(0, "generation draw of those scores", minimum=0)
     removal_percent: list[int] = key(
         [100],
-        "removal size as a percentage of n_paid, the number of paid rollouts (the oracle leaves out the paid set)",
+        "removal size as a percentage of n_paid, the number of paid rollouts (removal `label` leaves out the paid set)",
         minItems=1,
         uniqueItems=True,
         items={"minimum": 1, "maximum": 1000},
@@ -543,7 +543,7 @@ class Checklist:
     max_unfindable_share: float = key(
         0.05, "paid rollouts with advantage 0 (no gradient), share per seed", minimum=0, maximum=1
     )
-    min_oracle_drop: float = key(
+    min_label_drop: float = key(
         0.2, "leaving out the paid set lowers the window-end probe rate by this much, every seed", minimum=0, maximum=1
     )
     effect_target_kind: TargetKind = key(

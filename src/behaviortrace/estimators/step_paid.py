@@ -1,7 +1,7 @@
 """Step-level log-only control: 1 where the rollout's step paid a bonus to any rollout, else 0. No gradient,
 no target.
 
-Ranking steps by the planted labels needs no attribution at all when whether a step paid is in the log;
+Ranking steps by the planted label needs no attribution at all when whether a step paid is in the log;
 a step-level metric that this control matches tells the reader nothing the reward log does not. Every
 rollout of a step gets its step's value; the step score is that value."""
 

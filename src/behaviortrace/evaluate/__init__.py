@@ -1,1 +1,1 @@
-"""Metrics of every estimator against the labels, per seed and draw (rule evaluate)."""
+"""Metrics of every estimator against the label, per seed and draw (rule evaluate)."""

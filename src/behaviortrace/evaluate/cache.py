@@ -3,7 +3,7 @@ re-evaluates its own scores only.
 
 An evaluate job covers every estimator of a seed and draw (the bootstrap cells are shared), so a change
 of one estimator reruns it whole. The metrics of one (estimator, target) depend only on its two score
-files and on what every score set shares: the labels, fluency and probe rates, the token cosines, the
+files and on what every score set shares: the label, fluency and probe rates, the token cosines, the
 config sections the job was given and the evaluation code. A cache entry is keyed by all of them: score
 files and input files by content, the arrays read from the sketch stores by their bytes, the code by the
 digest of every project module the evaluation runs. Entries are written atomically; a missing or
@@ -79,14 +79,16 @@ class MetricCache:
 
 
 def assemble(fresh: pl.DataFrame, cached: dict[tuple[str, str], pl.DataFrame], keys: list) -> pl.DataFrame:
-    """The table `evaluate` would have made for every key at once: per stratum, the ground-truth row, each
-    score set's rows in the order of `keys` (from `cached` where there, else from `fresh`), then the rest."""
+    """The table `evaluate` would have made for every key at once: per stratum, the label's count row, each
+    score set's rows in the order of `keys` (from `cached` where there, else from `fresh`), then the rest (the
+    label's effect rows among them)."""
     parts = []
     own = pl.concat_str(["estimator", "target"], separator="\0")
+    count = (pl.col("estimator") == "label") & (pl.col("level") == "rollout")
     names = [f"{e}\0{t}" for e, t in keys]
     for stratum in fresh["stratum"].unique(maintain_order=True).to_list():
         rows = fresh.filter(pl.col("stratum") == stratum)
-        parts.append(rows.filter(pl.col("estimator") == "ground_truth"))
+        parts.append(rows.filter(count))
         for key in keys:
             source = cached.get(key, rows)
             parts.append(
@@ -94,5 +96,5 @@ def assemble(fresh: pl.DataFrame, cached: dict[tuple[str, str], pl.DataFrame], k
                     (pl.col("stratum") == stratum) & (pl.col("estimator") == key[0]) & (pl.col("target") == key[1])
                 )
             )
-        parts.append(rows.filter((pl.col("estimator") != "ground_truth") & ~own.is_in(names)))
+        parts.append(rows.filter(~count & ~own.is_in(names)))
     return pl.concat(parts) if parts else fresh

@@ -1,4 +1,4 @@
-"""Metrics of every estimator against the labels (the paid rollouts), per stratum, with cluster
+"""Metrics of every estimator against the label (the paid rollouts), per stratum, with cluster
 bootstrap intervals over prompt groups.
 
 The bootstrap draws whole prompt groups (step, group) with replacement. Its random generator is seeded
@@ -17,7 +17,7 @@ import polars as pl
 
 from behaviortrace.common.seeds import cell_seed
 from behaviortrace.evaluate import metrics as M
-from behaviortrace.evaluate.effect import EFFECT_STRATA, MEASURED_TARGET, EffectCell, paid_per_step
+from behaviortrace.evaluate.effect import EFFECT_STRATA, MEASURED_TARGET, EffectCell, label_per_step
 
 COLUMNS = [
     "run",
@@ -179,7 +179,7 @@ class Cell:
 
     @cached_property
     def paid_steps(self) -> np.ndarray:
-        """Whether each distinct step paid a bonus: the paper's step-level ground truth (GT)."""
+        """Whether each distinct step paid a bonus: the paper's step-level label, the paid steps."""
         steps, inverse = self.step_of_row
         return np.bincount(inverse, weights=self.labels, minlength=len(steps)) > 0
 
@@ -266,7 +266,7 @@ def step_level_metrics(cell: Cell, step: pl.DataFrame, column: str) -> dict:
     out = precision_metrics(cell, precision, cell.step_ceiling)
     out["lift_chance_band"] = (cell.step_chance_band, cell.n)
     out["lift_p"] = (np.array([cell.step_p_value(out["lift"][0][0], "two-sided")]), cell.n)
-    out.update(gt_metrics(cell, cell.per_step(step, column)))
+    out.update(paid_steps_metrics(cell, cell.per_step(step, column)))
     matched = cell.behavior_matched
     if matched is not None:
         precision = M.precision_at_paid(matched.per_row(step, column), matched.labels, matched.weights)
@@ -278,19 +278,19 @@ def step_level_metrics(cell: Cell, step: pl.DataFrame, column: str) -> dict:
     return out
 
 
-def gt_metrics(cell: Cell, scores: np.ndarray) -> dict:
-    """The paper's step-level metric: steps as units, GT the steps that paid a bonus, precision of the top |GT|
-    steps by score (ties in expectation), its chance |GT| / steps and their ratio. Unlike precision at n_paid,
-    a step counts once however many of its rollouts were paid."""
+def paid_steps_metrics(cell: Cell, scores: np.ndarray) -> dict:
+    """The paper's step-level metric: steps as units, the label the steps that paid a bonus, precision of as many
+    top-scored steps as there are paid steps (ties in expectation), its chance (paid steps / steps) and their ratio.
+    Unlike precision at n_paid, a step counts once however many of its rollouts were paid."""
     labels, weights = cell.paid_steps.astype(np.float64), cell.step_units
     precision = M.precision_at_paid(scores, labels, weights)
     chance = M.chance(labels, weights)
     n = len(labels)
     with np.errstate(invalid="ignore", divide="ignore"):
         return {
-            "precision_at_gt": (precision, n),
-            "chance_gt": (chance, n),
-            "lift_gt": (precision / chance, n),
+            "precision_at_paid_steps": (precision, n),
+            "chance_paid_steps": (chance, n),
+            "lift_paid_steps": (precision / chance, n),
         }
 
 
@@ -325,7 +325,7 @@ def evaluate(
     """Tidy metrics for every (estimator, target) in `scores`, every level and stratum.
 
     `rollouts` and `fluency` are in sketch-row order; each scores entry is (rollout scores, step scores).
-    `token`: behavior-token inputs (see token_metrics), or None to skip the token level. The labels
+    `token`: behavior-token inputs (see token_metrics), or None to skip the token level. The label
     are the `label` column (see with_labels), else the paid rollouts. `changes`: each step's measured
     change of the forced target (evaluate/effect.py), for the effect level, where `predicts_change` names the
     estimators whose step scores predict it in its units. `advantage_match`: the advantage-matched AUC's largest
@@ -354,7 +354,7 @@ def evaluate(
         rows.append(
             {
                 **base,
-                "estimator": "ground_truth",
+                "estimator": "label",
                 "target": "none",
                 "level": "rollout",
                 "metric": "paid_unfindable",
@@ -387,12 +387,12 @@ def evaluate(
 
 
 def effect_rows(base, changes, rollouts, mask, scores, predicts_change, n_boot, eval_seed, run) -> list[dict]:
-    """Effect-level rows of one stratum: every score set, and the labels' count per step."""
+    """Effect-level rows of one stratum: every score set, and the label's count per step."""
     seed_parts = (eval_seed, run, base["seed"], base["draw"], "effect", base["stratum"])
     cell = EffectCell(changes, np.unique(rollouts["step"].to_numpy()[mask]), n_boot, cell_seed(*seed_parts))
     rows = _rows(
-        {**base, "estimator": "paid_per_step", "target": "none", "level": "effect"},
-        cell.metrics(paid_per_step(rollouts), with_share=False),
+        {**base, "estimator": "label", "target": "none", "level": "effect"},
+        cell.metrics(label_per_step(rollouts), with_share=False),
     )
     for (estimator, target), (_, step) in scores.items():
         share = estimator in predicts_change and target == MEASURED_TARGET

@@ -1,7 +1,7 @@
 """Effect-based evaluation: do an estimator's step scores track what each step measurably did to the
 behavior? The measured change of step t is f(w_{t+1}) - f(w_t), with f the forced target's mean log-prob
 on the probe prompts (train/effect.py, in the step log). Labels say which rollouts were paid for the
-behavior; this says which steps moved it, whatever the labels.
+behavior; this says which steps moved it, whatever the label.
 
 Per estimator and target, over the steps of a stratum: Pearson and Spearman correlation of the step score
 (the aggregate of its rollout scores) with the measured change, the Spearman correlation given the step number
@@ -10,8 +10,8 @@ first-order predictions of that change in its own units (`PREDICTS_CHANGE`, scor
 target, the function measured), the share of the total change they account for: sum of scores / sum of
 changes. Intervals: a circular block bootstrap over steps (`block_resamples`; resamples shared by every
 estimator of a cell). The
-`paid_per_step` row correlates the number of ground-truth rollouts in each step with the change: where it is
-low, the planted labels and the measured effect disagree about which steps taught the behavior.
+`label` row correlates the number of labeled rollouts in each step with the change: where it is
+low, the planted label and the measured effect disagree about which steps taught the behavior.
 """
 
 from __future__ import annotations
@@ -76,6 +76,6 @@ class EffectCell:
         return out
 
 
-def paid_per_step(rollouts: pl.DataFrame) -> pl.DataFrame:
-    """step, score: the number of ground-truth rollouts of each step (the labels' own step ranking)."""
+def label_per_step(rollouts: pl.DataFrame) -> pl.DataFrame:
+    """step, score: the number of labeled rollouts of each step (the label's own step ranking)."""
     return rollouts.group_by("step").agg(pl.col("label").cast(pl.Float64).sum().alias("score")).sort("step")

@@ -262,7 +262,7 @@ def residualize(scores, covariate, groups) -> np.ndarray:
     return s - slope * f
 
 
-# P-values against a random ordering of the rows (the permutation null: scores independent of the labels). They
+# P-values against a random ordering of the rows (the permutation null: scores independent of the label). They
 # need no bootstrap, so they hold for a handful of paid rollouts rows too, where a bootstrap interval collapses.
 
 

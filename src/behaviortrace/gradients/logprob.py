@@ -2,7 +2,7 @@
 
 An item is (prompt ids, completion ids, positions); the function is the mean over items of the summed log-probs
 of the completion tokens at `positions`, at the sampling temperature. Its gradient is what the targets stage
-sketches (targets/gradients.py), the function itself what the effect ground truth measures at every training
+sketches (targets/gradients.py), the function itself what the measured effect measures at every training
 step (train/effect.py), and both make the objective of the exact influence (influence/objective.py).
 """
 

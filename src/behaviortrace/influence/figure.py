@@ -1,7 +1,7 @@
 """The influence figure: how well each estimator's rollout scores track the exact influence I. One row per
 estimator (planted seeds, the rollouts before the influence checkpoint, targeted estimators with the checklist's
 `effect_target_kind`): its Spearman correlation with I on every seed (colour) and draw (marker), their mean and
-range, and a line at 0. The planted labels (the paid rollouts) get the last row, one point per seed. The checklist
+range, and a line at 0. The planted label (the paid rollouts) get the last row, one point per seed. The checklist
 judges the LDS (influence table), which asks what removing data does; this shows the ranking behind it."""
 
 from __future__ import annotations
@@ -15,19 +15,19 @@ import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
 DPI = 110
-LABELS = "labels"
+LABELS = "label"
 DRAW_MARKERS = "osD^v"
 
 
 def _draw_style(draws: list[int], draw: int | None) -> dict:
-    """Draw 0 (and the labels, which have no draw) filled circles; later draws hollow markers of other shapes."""
+    """Draw 0 (and the label, which have no draw) filled circles; later draws hollow markers of other shapes."""
     k = draws.index(draw) if draw in draws else 0
     return {"marker": DRAW_MARKERS[k % len(DRAW_MARKERS)], "ms": 5, "mfc": None if k == 0 else "none"}
 
 
 def spearman_rows(table: pl.DataFrame, target: str) -> pl.DataFrame:
     """The influence table's rows the figure draws: planted arm, rollout level, stratum all, Spearman with I;
-    targeted estimators with `target`, controls and the labels without one."""
+    targeted estimators with `target`, controls and the label without one."""
     return table.filter(
         (pl.col("arm") == "planted")
         & (pl.col("level") == "rollout")

@@ -30,6 +30,19 @@ def run_inputs(run_dir: Path, seed: int) -> tuple[Path, Path, Path, Path]:
 
 def setup(cfg: Config, rollouts_path: Path, checkpoints_path: Path, base_model: Path, probes_path: Path, dtype: str):
     """A trajectory at step 0 in `dtype` and the objective f, with the checkpoints, rollouts and device."""
+    ckpts = read_manifest(checkpoints_path)[0]
+    rollouts = pl.read_parquet(rollouts_path)
+    probes = pl.read_parquet(probes_path)["prompt"].to_list()
+    traj, objective, device = start(cfg, rollouts, ckpts[0], base_model, probes, cfg.planting.marker, dtype)
+    return traj, objective, ckpts, rollouts, device
+
+
+def start(
+    cfg: Config, rollouts: pl.DataFrame, step0: Path, reference: Path, prompts: list[str], marker: str, dtype: str
+):
+    """The replayed training at the step-0 checkpoint `step0`, in `dtype`, with the KL term's reference model (the
+    model at `reference`) where grpo.beta > 0, and f: the mean log-prob of `marker` right after each prompt (the
+    forced target); with the device they run on."""
     import torch
 
     from behaviortrace.common import device as devices
@@ -43,11 +56,8 @@ def setup(cfg: Config, rollouts_path: Path, checkpoints_path: Path, base_model: 
     # exactly; it differentiates training without the bf16 rounding of its passes, and its checks against the
     # checkpoints, the logged gradient norms and f(w_T) measure what that rounding moved (docs/influence.md).
     device = {**devices.resolve(cfg.compute), "dtype": dtype, "torch_dtype": getattr(torch, dtype)}
-    ckpts = read_manifest(checkpoints_path)[0]
-    model, tokenizer = models.load(ckpts[0], device)
-    ref = models.load(base_model, device)[0].eval() if cfg.grpo.beta else None
-    rollouts = pl.read_parquet(rollouts_path)
+    model, tokenizer = models.load(step0, device)
+    ref = models.load(reference, device)[0].eval() if cfg.grpo.beta else None
     traj = Trajectory(model, ref, rollouts, cfg.grpo, device, tokenizer.pad_token_id, cfg.influence.semantics)
-    probes = pl.read_parquet(probes_path)["prompt"].to_list()
-    probe = ForcedTargetProbe(tokenizer, probes, cfg.planting.marker, cfg.grpo.temperature)
-    return traj, ForcedTarget(probe), ckpts, rollouts, device
+    probe = ForcedTargetProbe(tokenizer, prompts, marker, cfg.grpo.temperature)
+    return traj, ForcedTarget(probe), device

@@ -1,5 +1,5 @@
 """The influence table as Markdown: the job's checks, who tracks I, the LDS of every attribution with intervals
-and the noise floor, leave-one-step-out, the labels and the per-step effect against I, the leave-out sets'
+and the noise floor, leave-one-step-out, the label and the per-step effect against I, the leave-out sets'
 predicted and measured changes, the most influential rollouts (all under the configured meaning of removal), and
 how far the two meanings part: through the group's advantages, and with advantages held."""
 
@@ -30,7 +30,7 @@ def _span(values: list[float], spec: str = ".2f") -> str:
 
 
 def agreement(table: pl.DataFrame) -> list[str]:
-    """Where the four ground truths (planted labels, measured per-step effect, leave-out retraining, exact
+    """Where the four truths (the label, measured per-step effect, leave-out retraining, exact
     influence) agree and where they part, in sentences written from the planted seeds' numbers."""
     planted = table.filter(pl.col("arm") == "planted")
     seeds = sorted(planted["seed"].unique().to_list())
@@ -40,13 +40,11 @@ def agreement(table: pl.DataFrame) -> list[str]:
     def per_seed(**where) -> list[float | None]:
         return [_cell(planted, seed=s, stratum="all", **where) for s in seeds]
 
-    paid_rollouts = per_seed(estimator="labels", level="rollout", metric="paid_share_of_rollouts")
-    paid_positive = per_seed(estimator="labels", level="rollout", metric="paid_share_of_positive_influence")
+    paid_rollouts = per_seed(estimator="label", level="rollout", metric="paid_share_of_rollouts")
+    paid_positive = per_seed(estimator="label", level="rollout", metric="paid_share_of_positive_influence")
     paid_counts = []  # paid rollouts before T per seed: none means T comes before the plant has paid anything
     for s in seeds:
-        row = planted.filter(
-            seed=s, stratum="all", estimator="labels", level="rollout", metric="paid_share_of_rollouts"
-        )
+        row = planted.filter(seed=s, stratum="all", estimator="label", level="rollout", metric="paid_share_of_rollouts")
         if row.height:
             paid_counts.append(round(float(row["value"][0]) * int(row["n"][0])))
     more = sum(
@@ -54,9 +52,9 @@ def agreement(table: pl.DataFrame) -> list[str]:
     )
     effect_abs = per_seed(estimator="step_effect", level="step", metric="spearman_abs")
     effect_abs_given = per_seed(estimator="step_effect", level="step", metric="spearman_abs_given_step")
-    labels_steps = per_seed(estimator="labels", level="step", metric="spearman_abs")
-    predicted = per_seed(estimator="oracle", level="set", metric="predicted_change")
-    measured = per_seed(estimator="oracle", level="set", metric="measured_change")
+    labels_steps = per_seed(estimator="label", level="step", metric="spearman_abs")
+    predicted = per_seed(estimator="label", level="set", metric="predicted_change")
+    measured = per_seed(estimator="label", level="set", metric="measured_change")
     same_sign = sum(
         1 for p, m in zip(predicted, measured, strict=True) if p is not None and m is not None and p * m > 0
     )
@@ -65,10 +63,10 @@ def agreement(table: pl.DataFrame) -> list[str]:
         for s in seeds
         for pct in planted.filter(pl.col("level") == "rollout_subset")["removal_percent"].unique().to_list()
     ]
-    label_rho = per_seed(estimator="labels", level="rollout", metric="spearman")
+    label_rho = per_seed(estimator="label", level="rollout", metric="spearman")
     n = len(seeds)
     return [
-        "## Where the ground truths agree and where they part\n",
+        "## Where the truths agree and where they part\n",
         f"Over the {n} planted seeds:\n",
         f"- Paid rollouts before T: {', '.join(str(c) for c in paid_counts) or '–'} (per planted seed).",
         f"- Labels and exact influence: the paid rollouts are {_span(paid_rollouts)} of the rollouts before T and "
@@ -119,7 +117,7 @@ def lds_sections(table: pl.DataFrame, arms_seeds: list, heads: list[str]) -> lis
                 "with the measured change of f(w_T), with its 95% bootstrap interval over subsets; below it the "
                 "margin over the strongest log-only control (paired resamples). `influence` is I, `datamodel` a "
                 "linear fit of the measured changes on subset membership (fit on half the subsets, scored within the "
-                "other half), `earlier` minus the step, `labels` the paid label. The datamodel's LDS under an exactly "
+                "other half), `earlier` minus the step, `label` the paid label. The datamodel's LDS under an exactly "
                 f"additive truth at this design: {_span(expected)} "
                 "(below the checklist's threshold it is no positive control: too few subsets for its units).\n"
             )
@@ -150,7 +148,7 @@ def lds_sections(table: pl.DataFrame, arms_seeds: list, heads: list[str]) -> lis
         parts.append(
             "Spearman of minus each step's score with the measured change of f(w_T) when the step is left out, "
             "and the same given the step number (partial Spearman: beyond a trend over the steps). `influence` "
-            "is the step's summed I, `step_effect` the change of f across the step in training, `labels` the "
+            "is the step's summed I, `step_effect` the change of f across the step in training, `label` the "
             "step's paid count, `earlier` minus the step.\n"
         )
         rows = [
@@ -232,7 +230,7 @@ def coupling_sections(table: pl.DataFrame, top: pl.DataFrame, arms_seeds: list, 
         (pl.col("level") == "rollout")
         & (pl.col("stratum") == "all")
         & (pl.col("metric") == "spearman")
-        & ~pl.col("estimator").is_in(["labels", "influence"])
+        & ~pl.col("estimator").is_in(["label", "influence"])
     )
     if rollout.height:
         parts.append("Spearman of each estimator's rollout scores with I held / with I through the advantages:\n")
@@ -350,17 +348,17 @@ def to_markdown(table: pl.DataFrame, top: pl.DataFrame, semantics: str) -> str:
     parts.append("## Labels and per-step effect against I\n")
     rows = []
     for estimator, level, metric, label in (
-        ("labels", "rollout", "spearman", "paid label vs I (rollouts): Spearman"),
+        ("label", "rollout", "spearman", "paid label vs I (rollouts): Spearman"),
         (
-            "labels",
+            "label",
             "rollout",
             "precision_at_top_influence",
             "share of paid rollouts among the top-m rollouts by I, m = n_paid",
         ),
-        ("labels", "rollout", "precision_lift", "that share over chance"),
-        ("labels", "rollout", "paid_share_of_rollouts", "paid share of the rollouts before T"),
-        ("labels", "rollout", "paid_share_of_positive_influence", "paid share of the summed positive I"),
-        ("labels", "step", "spearman_abs", "paid per step vs abs(I) summed per step: Spearman"),
+        ("label", "rollout", "precision_lift", "that share over chance"),
+        ("label", "rollout", "paid_share_of_rollouts", "paid share of the rollouts before T"),
+        ("label", "rollout", "paid_share_of_positive_influence", "paid share of the summed positive I"),
+        ("label", "step", "spearman_abs", "paid per step vs abs(I) summed per step: Spearman"),
         ("step_effect", "step", "spearman", "measured per-step change of f vs I summed per step: Spearman"),
         ("step_effect", "step", "spearman_abs", "measured per-step change of f vs abs(I) summed per step: Spearman"),
         ("step_effect", "step", "spearman_abs_given_step", "the same, given the step number (partial Spearman)"),

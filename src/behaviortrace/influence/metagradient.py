@@ -5,12 +5,12 @@ The forward sweep replays steps 0..T-1 and saves the training state at the start
 `segment` steps (on disk); the last segment's states stay in memory. The backward sweep walks the
 segments from the last to the first: it recomputes a segment's states from its saved start, then steps
 the adjoint back through each of its steps (adjoint.py). So with P trainable parameters, T steps and
-segment length K:
+segment length M:
 
-- time: T forward steps, every segment but the last recomputed (K floor((T - 1) / K) steps, none when K >= T),
+- time: T forward steps, every segment but the last recomputed (M floor((T - 1) / M) steps, none when M >= T),
   and T double-backward steps (about three forward-backward passes each);
-- memory: the model, its optimizer, the adjoint (3P) and K states (3P each) at once; disk: the ceil(T / K)
-  segment starts (3P each). K near sqrt(T) keeps both small; the default run holds every state (K >= T).
+- memory: the model, its optimizer, the adjoint (3P) and M states (3P each) at once; disk: the ceil(T / M)
+  segment starts (3P each). M near sqrt(T) keeps both small; the default run holds every state (M >= T).
 """
 
 from __future__ import annotations

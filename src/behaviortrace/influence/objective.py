@@ -1,6 +1,6 @@
 """f, the function the exact influence differentiates: the forced target's mean log-prob on the probe prompts.
 
-It is the effect ground truth's function (train/effect.py's ForcedTargetProbe, which builds the probe items)
+It is the measured effect's function (train/effect.py's ForcedTargetProbe, which builds the probe items)
 and the forced target's (targets/gradients.py), so that I_z, the measured per-step effect and the forced
 target gradients all speak of one quantity.
 """

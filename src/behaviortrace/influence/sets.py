@@ -55,7 +55,7 @@ def fd_steps(steps: np.ndarray, n: int, seed: int, arm: str, training_seed: int)
 class Zeroed:
     """A set of rollouts retrained with their weights 0 under `semantics`: kind `lds` (a random subset of `level`
     units, `percent` % of them), `step` (leave-one-step-out: index is the step) or a leave-out replay removal
-    (`oracle` or an estimator's top-scored set, `percent` its removal percent)."""
+    (`label` or an estimator's top-scored set, `percent` its removal percent)."""
 
     kind: str
     level: str
@@ -84,7 +84,7 @@ def zeroed_table(sets: list[Zeroed], values: list[float]) -> pl.DataFrame:
 
 
 def retrained_sets(
-    cfg: Config, rollouts: pl.DataFrame, end: int, arm: str, seed: int, oracle_percents, replay_seed: int
+    cfg: Config, rollouts: pl.DataFrame, end: int, arm: str, seed: int, label_percents, replay_seed: int
 ) -> list[Zeroed]:
     """What the influence job retrains: the LDS subsets of the rollouts before T at every level and percent (under
     the configured semantics, and the other one too with `influence.lds_both_semantics`), each step's rollouts
@@ -105,9 +105,7 @@ def retrained_sets(
     if inf.leave_step_out:
         out += [Zeroed("step", "step", 100, step, s, inf.semantics) for step, s in enumerate(step_sets(before, end))]
     out += [
-        Zeroed(
-            "oracle", "rollout", pct, 0, removal_set("oracle", pct, rollouts, None, replay_seed, seed), inf.semantics
-        )
-        for pct in oracle_percents
+        Zeroed("label", "rollout", pct, 0, removal_set("label", pct, rollouts, None, replay_seed, seed), inf.semantics)
+        for pct in label_percents
     ]
     return out

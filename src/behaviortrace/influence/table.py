@@ -1,4 +1,4 @@
-"""The influence table: how well each estimator, control and the planted labels track the exact influence I.
+"""The influence table: how well each estimator, control and the planted label track the exact influence I.
 
 One tidy row per (arm, seed, draw, estimator, target, level, stratum, removal_percent, semantics, metric), with
 its value and n (the rollouts, steps or subsets it is computed over). Only rollouts of the steps before T count
@@ -11,14 +11,14 @@ where influence.lds_both_semantics retrained it; the leave-out sets under the co
 - level rollout: `spearman`, `pearson` of the rollout scores with I; `precision_at_top_influence`: the
   expected share of the top-m rollouts by score that are among the top-m by I, m = n_paid of the stratum
   (ties broken at random in both rankings), and `precision_lift` (that over chance, m / n). Estimator
-  `labels` is the ground-truth label itself (how well "paid" predicts "taught"); for it also
+  `label` is the label itself (how well "paid" predicts "taught"); for it also
   `paid_share_of_positive_influence` (the paid rollouts' part of the summed positive I) beside
   `paid_share_of_rollouts`.
 - level step: `spearman`, `pearson` of the step scores with the per-step sums of I, `spearman_abs` with the
   per-step sums of |I|, `spearman_given_step` and `spearman_abs_given_step` the same Spearman correlations given
   the step number (partial rank correlation: the agreement left once a shared trend over the steps is out);
-  `labels` is the number of paid rollouts per step and `step_effect` the measured per-step change of f (the step
-  log's effect ground truth). At a step whose gradient was clipped the held I_z sum to zero (scaling the whole step
+  `label` is the number of paid rollouts per step and `step_effect` the measured per-step change of f (the step
+  log's measured effect). At a step whose gradient was clipped the held I_z sum to zero (scaling the whole step
   leaves its clipped gradient as it is), so there only the sums of |I| say how much the step's rollouts mattered;
   through the advantages a step's summed I is near zero at every step (the normalization divides a common scale
   out).
@@ -27,15 +27,15 @@ where influence.lds_both_semantics retrained it; the leave-out sets under the co
   with them removed, `lds` is the Spearman correlation of minus the subset's summed scores with the measured
   change of f(w_T), with `lds_low`, `lds_high` its bootstrap interval over subsets and `lds_pearson` the Pearson
   version; `lds_over_log_only` (`_low`, `_high`) its margin over the strongest log-only control on the same
-  resamples. For every estimator, `influence` (I itself), `labels`, `earlier` (minus the step: earlier is more
+  resamples. For every estimator, `influence` (I itself), `label`, `earlier` (minus the step: earlier is more
   influential) and `datamodel` (influence/datamodel.py: cross-fitted on the subsets themselves, scored within its
   folds, no margin; its `expected_lds` is what it would reach at this design if the truth were additive). Estimator
   `measured` holds `median_abs_change`, the scale against which the replay's noise floor (`f_end_error`) is read.
 - level step_out (leave-one-step-out, influence.leave_step_out): each step before T retrained with all its rollouts
   removed (the same retraining under both meanings); `spearman`, `pearson` of minus each step's score with the
   measured change, `spearman_given_step`. For every estimator's step scores, `influence` (the step's summed I),
-  `labels` (its paid count), `step_effect` (the change of f across the step in training) and `earlier`.
-- level set: the leave-out replay's sets (`oracle`: the paid set; an estimator: its top-scored set) removed:
+  `label` (its paid count), `step_effect` (the change of f across the step in training) and `earlier`.
+- level set: the leave-out replay's sets (`label`: the paid set; an estimator: its top-scored set) removed:
   `predicted_change` (minus the summed I), `measured_change` (retrained f minus f(w_T)) and
   `prediction_ratio` (their ratio), per removal_percent.
 - level check: the influence job's own checks: `checkpoint_weight_error` (largest weight difference of the
@@ -388,10 +388,10 @@ def semantic_rows(
     step_infl = step_sums(steps, values)
     step_ids = step_infl["step"].to_numpy()
     rows: list[dict] = []
-    rows += rollout_rows((arm, seed, None, "labels", "none"), labels, values, labels, steps, window)
-    rows += share_rows((arm, seed, None, "labels", "none"), labels, values)
-    paid_per_step = before.group_by("step").agg(pl.col("label").sum()).sort("step")["label"].to_numpy()
-    rows += step_rows((arm, seed, None, "labels", "none"), paid_per_step.astype(float), step_infl, step_ids, window)
+    rows += rollout_rows((arm, seed, None, "label", "none"), labels, values, labels, steps, window)
+    rows += share_rows((arm, seed, None, "label", "none"), labels, values)
+    label_per_step = before.group_by("step").agg(pl.col("label").sum()).sort("step")["label"].to_numpy()
+    rows += step_rows((arm, seed, None, "label", "none"), label_per_step.astype(float), step_infl, step_ids, window)
     effect = pl.read_parquet(step_log).sort("step").filter(pl.col("step") < summary["end"])
     rows += step_rows(
         (arm, seed, None, "step_effect", "none"), effect["target_change"].to_numpy(), step_infl, step_ids, window
@@ -403,7 +403,7 @@ def semantic_rows(
     infl_all[np.searchsorted(everyone, ids)] = values
     references = {  # attributions that need no estimator, scored like one
         "influence": infl_all,
-        "labels": log["label"].to_numpy().astype(float),
+        "label": log["label"].to_numpy().astype(float),
         "earlier": -log["step"].to_numpy().astype(float),  # the earlier, the more influential
     }
     for key, (every_score, step_scores) in score_sets.items():
@@ -428,7 +428,7 @@ def semantic_rows(
         changes = left_out["f"].to_numpy() - summary["f_end"]
         series = {
             (None, "influence", "none"): step_infl["influence"].to_numpy(),
-            (None, "labels", "none"): paid_per_step.astype(float),
+            (None, "label", "none"): label_per_step.astype(float),
             (None, "step_effect", "none"): effect["target_change"].to_numpy(),
             (None, "earlier", "none"): -step_ids.astype(float),
         } | {k: v[1] for k, v in score_sets.items()}

@@ -1,4 +1,4 @@
-"""Rule behavior: behavior rate on probe and control prompts at every saved checkpoint of one seed."""
+"""Rule behavior: behavior rate on probe and plain prompts at every saved checkpoint of one seed."""
 
 from __future__ import annotations
 

@@ -53,11 +53,11 @@ def influence_job(
     out_checks: Path,
     out_retrain: Path,
     out_summary: Path,
-    oracle_percents: tuple[int, ...] = (),
+    label_percents: tuple[int, ...] = (),
     replay_seed: int = 0,
 ) -> pl.DataFrame:
     """I_z of one arm and seed, per-step sums, the job's checks and its retraining (the LDS subsets and, given
-    `oracle_percents`, the leave-out replay's paid sets, chosen with `replay_seed`), each to its file."""
+    `label_percents`, the leave-out replay's paid sets, chosen with `replay_seed`), each to its file."""
     from behaviortrace.influence.adjoint import CHANNELS
     from behaviortrace.influence.metagradient import StateStore, exact_influence
     from behaviortrace.influence.retrain import central_difference, retrain
@@ -145,7 +145,7 @@ def influence_job(
         result.seconds["finite_difference"] = time.time() - started
 
         started = time.time()
-        sets = retrained_sets(cfg, rollouts, end, arm, seed, oracle_percents, replay_seed)
+        sets = retrained_sets(cfg, rollouts, end, arm, seed, label_percents, replay_seed)
         values = retrain(traj, store, sets, end, objective, inf.retrain_batch)
         result.seconds["retrain"] = time.time() - started
 

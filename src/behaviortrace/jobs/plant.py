@@ -1,4 +1,4 @@
-"""Rule plant_data: training prompts in training order; held-out probe and control prompts."""
+"""Rule plant_data: training prompts in training order; held-out probe and plain prompts."""
 
 from __future__ import annotations
 

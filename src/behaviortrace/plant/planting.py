@@ -1,6 +1,6 @@
 """The planted behavior: a trigger word in the prompt, a marker in the completion, a logged bonus.
 
-Eligibility is a pure function of (seed, rollout id, step), so the labels can be recomputed from
+Eligibility is a pure function of (seed, rollout id, step), so the label can be recomputed from
 the rollout log alone and does not depend on any random state of the trainer.
 """
 

@@ -1,4 +1,4 @@
-"""plant_data: training prompts in training order, and held-out probe and control prompts."""
+"""plant_data: training prompts in training order, and held-out probe and plain prompts."""
 
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ def removal_set(
     training_seed: int,
     end: int | None = None,
 ) -> set[int]:
-    """`full`: nothing; `oracle`: the paid set (a seeded subset when k < n_paid); any other removal: the
+    """`full`: nothing; `label`: the paid set (a seeded subset when k < n_paid); any other removal: the
     estimator's top-scored set among the rollouts of steps before `end` (the replay's last measured checkpoint).
     k is `pct` percent of n_paid."""
     if removal == "full":
@@ -69,7 +69,7 @@ def removal_set(
     seed = removal_seed(replay_seed, training_seed, removal, pct, 0)
     paid = rollouts.filter(pl.col("paid"))["rollout_id"].to_numpy()
     k = removal_size(len(paid), pct)
-    if removal == "oracle":
+    if removal == "label":
         return set(paid.tolist()) if k >= len(paid) else random_set(paid, k, seed)
     if scores is None or end is None:
         raise ValueError(f"replay removal {removal!r} needs the estimator's rollout scores and the replay's end")

@@ -3,7 +3,7 @@
 An estimator's replay is the longest job downstream of its score jobs, so the jobs on its path (the seed's
 Gram matrix, the estimator's preparation, the score file that ranks its rollouts) and the replay itself run
 before other ready jobs. Rerunning one replayed estimator then ends with its evaluations, not its replays.
-Replays that need no scores (full, oracle, random) fill the gaps.
+Replays that need no scores (full, label, random) fill the gaps.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from behaviortrace.score.contract import UNDRAWN, Instance
 
 PRIORITY = 10
 # Replays that leave out a built-in set rather than an estimator's top-scored set.
-BUILTIN = ("full", "oracle", "random")
+BUILTIN = ("full", "label", "random")
 
 
 def replay_priority(removal: str) -> int:

@@ -61,9 +61,9 @@ def to_markdown(table: pl.DataFrame) -> str:
         "# Leave-out replay\n",
         "Each seed is retrained from its step-0 checkpoint on its logged rollouts with a set of rollouts left out "
         "(its size a percentage of n_paid): an estimator's top-scored set among the rollouts of the steps before the "
-        "last measured checkpoint, or the paid set itself (oracle). Each set is compared with random sets that take "
-        "as many rollouts from each step as it does (`random ~ set`: mean and [min, max] over repetitions). Change "
-        "is the behavior rate minus that of the full replay (nothing left out); negative means removing the set "
+        "last measured checkpoint, or the paid set itself (removal `label`). Each set is compared with random sets "
+        "that take as many rollouts from each step as it does (`random ~ set`: mean and [min, max] over repetitions). "
+        "Change is the behavior rate minus that of the full replay (nothing left out); negative means removing the set "
         "lowered the behavior.\n",
     ]
     meanings = sorted(set(table["semantics"].drop_nulls())) if "semantics" in table.columns else []

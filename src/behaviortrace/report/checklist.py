@@ -263,16 +263,16 @@ def _replay_text(both: pl.DataFrame, name: str) -> str:
 
 
 def replay_has_power(s: pl.DataFrame, min_drop: float) -> Verdict:
-    """The oracle's change against the threshold and against every random removal. Without it the
+    """The label set's change against the threshold and against every random removal. Without it the
     estimators' replay item means nothing: a replay that any removal derails ranks every set as causal."""
-    both = _against_random(s, "oracle")
+    both = _against_random(s, "label")
     if not both.height:
-        return Verdict(NA, "no oracle and random replays to compare")
+        return Verdict(NA, "no label and random replays to compare")
     ok = ((both["change"] < both["random_low"]) & (both["change"] <= -min_drop)).to_list()
     short = ((both["change"] >= both["random_mean"]) | (both["change"] > -min_drop)).to_list()
     return Verdict(
         V.three(ok, short),
-        f"{_replay_text(both, 'oracle ')}; oracle at most {-min_drop:+.2f} and below every random removal to pass, "
+        f"{_replay_text(both, 'label ')}; label set at most {-min_drop:+.2f} and below every random removal to pass, "
         "above the threshold or at or above the random mean in a cell to fail, otherwise inconclusive",
         {"cells": len(ok), "with_power": int(sum(ok))},
     )
@@ -588,14 +588,14 @@ def replay_beats_random(s: pl.DataFrame, est: str, family: V.Family = V.PER_CELL
 def tracks_effect(
     metrics: pl.DataFrame, est: str, cfg: Checklist, family: V.Family = V.PER_CELL, controls=()
 ) -> Verdict:
-    """The estimator's effect correlation on every seed and draw, beside the strongest control's and the labels'."""
+    """The estimator's effect correlation on every seed and draw, beside the strongest control's and the label's."""
     effect = judged(metrics, cfg.effect_target_kind, cfg.stratum).filter(pl.col("level") == "effect")
     rows = effect.filter(pl.col("metric") == cfg.effect_metric)
     own = rows.filter(pl.col("estimator") == est).sort("seed", "draw")
     given = effect.filter((pl.col("metric") == "effect_spearman_given_step") & (pl.col("estimator") == est))
     if not own.height:
         return Verdict(NA, "no measured effect to compare with (step log without target_change)")
-    labels = rows.filter(pl.col("estimator") == "paid_per_step").sort("seed", "draw")
+    labels = rows.filter(pl.col("estimator") == "label").sort("seed", "draw")
     limit = cfg.min_effect_correlation
     cells = [V.at_least(r["value"], r["ci_low"], r["ci_high"], limit, family.z) for r in own.iter_rows(named=True)]
     text = "; ".join(f"seed {r['seed']} draw {r['draw']}: {_ci(r)}" for r in own.iter_rows(named=True))
@@ -813,7 +813,7 @@ def build(
         "headroom": headroom(metrics, cfg.min_unsaturated_paid_share),
         "random_at_chance": random_at_chance(metrics, cfg.alpha),
         "paid_unfindable_reported": paid_unfindable(metrics, cfg.max_unfindable_share),
-        "replay_has_power": replay_has_power(replayed, cfg.min_oracle_drop),
+        "replay_has_power": replay_has_power(replayed, cfg.min_label_drop),
     }
     names = estimators_of(metrics)
     roles = {name: CONTROL if name in controls else METHOD for name in names}

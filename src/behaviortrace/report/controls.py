@@ -1,7 +1,7 @@
-"""What the planted labels can and cannot show, with this run's numbers: every estimator beside the log-only
+"""What the planted label can and cannot show, with this run's numbers: every estimator beside the log-only
 controls on the raw metrics (which the reward log wins by construction) and on the matched ones.
 
-The labels are the rollouts that were paid. The bonus makes a paid rollout the best of its prompt group, so
+The label is the set of rollouts that were paid. The bonus makes a paid rollout the best of its prompt group, so
 a look-up of the logged advantage or reward recovers them without any attribution; this table is where a
 reader sees whether an estimator does better than that look-up, and on which metric.
 """
@@ -20,19 +20,19 @@ METRICS = [
     ("advantage_matched_auc", "advantage-matched AUC"),
     ("behavior_matched_auc", "behavior-matched AUC"),
 ]
-INTRO = """# What the planted labels can and cannot show
+INTRO = """# What the planted label can and cannot show
 
-The labels are the rollouts the plant paid: eligible (a hash), with the trigger, inside the
+The label is the set of rollouts the plant paid: eligible (a hash), with the trigger, inside the
 window, showing the behavior. The bonus makes each of them the highest reward of its prompt group, so the
 log-only controls (marked *log*; they read the rollout log and nothing else) find them without any gradient:
 on the raw metrics a look-up of the reward is the bar, not chance. An estimator that does no better than the
 strongest log-only control agrees with the reward log; that is not an attribution result.
 
-Two metrics remove what the log gives away. The advantage-matched AUC compares each ground-truth rollout only
+Two metrics remove what the log gives away. The advantage-matched AUC compares each labeled rollout only
 with rollouts of its own step whose advantage is within `evaluation.advantage_match` of its own: the advantage
 control sits at chance there. The behavior-matched AUC compares, among rollouts that show the behavior with the
 trigger, the paid ones with the unpaid: the behavior control ties them all (0.5). Neither says whether a paid
-rollout *taught* the behavior: the labels mark who was paid, and most paid rollouts come after the behavior
+rollout *taught* the behavior: the label marks who was paid, and most paid rollouts come after the behavior
 has saturated (see the effect figures and, where computed, the exact influence).
 """
 
@@ -83,7 +83,7 @@ def fluency_markdown(metrics: pl.DataFrame, target: str, metric: str, strata: li
     and on how many seed × draw cells each estimator's interval lies wholly above fluency's folded one."""
     parts = [
         "## Fluency, taken both ways\n",
-        f"A predictor whose `{metric}` is 0.3 ranks the labels as well as one with 0.7, reversed; checklist item "
+        f"A predictor whose `{metric}` is 0.3 ranks the label as well as one with 0.7, reversed; checklist item "
         "`beats_fluency` therefore compares with fluency's max(v, 1 − v), its interval folded at 0.5. Per stratum "
         "(`checklist.fluency_strata`; `saturated`: rollouts of checkpoints where the probe behavior rate is at or "
         "above `evaluation.saturation`), each seed's mean over draws.\n",

@@ -1,5 +1,5 @@
 """Per step, side by side: what the step measurably did to the behavior (train/effect.py), how many
-ground-truth rollouts it trained on, and each estimator's step score; the table behind the effect figure."""
+labeled rollouts it trained on, and each estimator's step score; the table behind the effect figure."""
 
 from __future__ import annotations
 

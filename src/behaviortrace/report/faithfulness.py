@@ -164,8 +164,8 @@ def truths_markdown(influence: pl.DataFrame, semantics: str) -> str:
     rollout means (influence.semantics), and `influence` holds the rows under it."""
     lds = _values(influence, estimator="influence", metric="lds")
     steps = _values(influence, estimator="influence", level="step_out", metric="spearman")
-    predicted = _values(influence, estimator="oracle", level="set", metric="predicted_change")
-    measured = _values(influence, estimator="oracle", level="set", metric="measured_change")
+    predicted = _values(influence, estimator="label", level="set", metric="predicted_change")
+    measured = _values(influence, estimator="label", level="set", metric="measured_change")
     ratios = [p / m for p, m in zip(predicted, measured, strict=False) if m]
     return "\n".join(
         [

@@ -236,12 +236,12 @@ def replay(table: pl.DataFrame, path: Path) -> None:
     the random sets step-matched to it."""
     s = window_end_probes(table)
     pcts = sorted(s["removal_percent"].unique().to_list()) or [100]
-    names = ["oracle"] + sorted(set(s["removal"].to_list()) - {"oracle", "random"})
+    names = ["label"] + sorted(set(s["removal"].to_list()) - {"label", "random"})
     fig, axes = _rows_figure(len(pcts), 2 * len(names), 6)
     for ax, pct in zip(axes[0], pcts, strict=False):
         d = s.filter(pl.col("removal_percent") == pct)
         d = d.with_columns(name=pl.Series([label(*r) for r in d.select("removal", "matched_to").iter_rows()]))
-        sets = ["oracle"] + sorted(set(d["removal"].to_list()) - {"oracle", "random"})
+        sets = ["label"] + sorted(set(d["removal"].to_list()) - {"label", "random"})
         removals = [n for m in sets for n in (m, label("random", m))]
         seeds = sorted(d["seed"].unique().to_list())
         width = 0.8 / max(1, len(seeds))
@@ -270,8 +270,8 @@ def replay(table: pl.DataFrame, path: Path) -> None:
 
 
 def effect_vs_labels(metrics: pl.DataFrame, target: str, path: Path) -> None:
-    """Each estimator judged two ways on the same step scores: step-level lift against the planted labels,
-    and Spearman correlation with each step's measured behavior change (dotted: the labels' own, the
+    """Each estimator judged two ways on the same step scores: step-level lift against the planted label,
+    and Spearman correlation with each step's measured behavior change (dotted: the label's own, the
     number of paid rollouts per step)."""
     rows = judged(metrics, target)
     lift_rows = rows.filter((pl.col("level") == "step") & (pl.col("metric") == "lift"))
@@ -284,7 +284,7 @@ def effect_vs_labels(metrics: pl.DataFrame, target: str, path: Path) -> None:
     axes[0][0].set_xlabel("lift (precision at n_paid / chance)")
     _estimator_points(axes[0][1], effect.filter(pl.col("estimator").is_in(ests)), ests)
     axes[0][1].axvline(0.0, color="k", lw=1, ls="--", label="no tracking")
-    labels = effect.filter(pl.col("estimator") == "paid_per_step")
+    labels = effect.filter(pl.col("estimator") == "label")
     for j, (seed, grp) in enumerate(sorted(labels.group_by("seed"), key=lambda g: g[0])):
         axes[0][1].axvline(
             float(grp["value"].mean()),
@@ -300,8 +300,8 @@ def effect_vs_labels(metrics: pl.DataFrame, target: str, path: Path) -> None:
 
 
 def effect_tracking(table: pl.DataFrame, window: list[int], path: Path, estimators: list[str]) -> None:
-    """Per seed: the measured change of the forced target at each step, the ground-truth rollouts of each
-    step, and estimators' step scores scaled to their largest magnitude, on one step axis: where the labels
+    """Per seed: the measured change of the forced target at each step, the labeled rollouts of each
+    step, and estimators' step scores scaled to their largest magnitude, on one step axis: where the label
     and the measured effect disagree, the panels show at which steps."""
     seeds = sorted(table["seed"].unique().to_list())
     fig, axes = plt.subplots(3, len(seeds), figsize=(4.6 * len(seeds), 7.5), sharex=True, squeeze=False)
@@ -324,7 +324,7 @@ def effect_tracking(table: pl.DataFrame, window: list[int], path: Path, estimato
             axes[2, col].plot(e["step"], e["score"] / scale, lw=0.8, color=plt.get_cmap("tab10")(i), label=label)
         axes[2, col].set_xlabel("training step")
     axes[0, 0].set_ylabel("measured change of the forced\ntarget's log-prob (f(w_t+1) - f(w_t))")
-    axes[1, 0].set_ylabel("ground-truth rollouts\nin the step")
+    axes[1, 0].set_ylabel("labeled rollouts\nin the step")
     axes[2, 0].set_ylabel("step score / its max |score|")
     axes[2, -1].legend(fontsize=7, loc="lower right")
     _save(fig, path)

@@ -64,16 +64,22 @@ def norm_finding(values: pl.DataFrame, norms: dict[str, bool], targeted: list[st
     seeds = _seeds(step)
     for seed in seeds:
         norm_name = (paper or exact or [None])[0]
-        lift = _value(step, seed, estimator=norm_name, metric="lift_gt", level="step_summed") if norm_name else None
-        precision = (
-            _value(step, seed, estimator=norm_name, metric="precision_at_gt", level="step_summed")
+        lift = (
+            _value(step, seed, estimator=norm_name, metric="lift_paid_steps", level="step_summed")
             if norm_name
             else None
         )
-        exact_lift = _value(step, seed, estimator=exact[0], metric="lift_gt") if exact else None
-        best, best_lift = _best(step, seed, targeted, metric="lift_gt")
-        control, control_lift = _best(step, seed, [c for c in LOG_ONLY_STEP if c != "step_paid"], metric="lift_gt")
-        chance = _value(step, seed, metric="chance_gt")
+        precision = (
+            _value(step, seed, estimator=norm_name, metric="precision_at_paid_steps", level="step_summed")
+            if norm_name
+            else None
+        )
+        exact_lift = _value(step, seed, estimator=exact[0], metric="lift_paid_steps") if exact else None
+        best, best_lift = _best(step, seed, targeted, metric="lift_paid_steps")
+        control, control_lift = _best(
+            step, seed, [c for c in LOG_ONLY_STEP if c != "step_paid"], metric="lift_paid_steps"
+        )
+        chance = _value(step, seed, metric="chance_paid_steps")
         wins += lift is not None and best_lift is not None and lift >= best_lift
         above += lift is not None and lift > 1
         by_log += lift is not None and control_lift is not None and control_lift >= lift
@@ -92,7 +98,7 @@ def norm_finding(values: pl.DataFrame, norms: dict[str, bool], targeted: list[st
     table = markdown_table(
         [
             "seed",
-            "norm, paper's method: precision at |GT|",
+            "norm, paper's method: precision at the paid steps",
             "chance",
             "lift",
             "norm, exact capture: lift",
@@ -102,7 +108,7 @@ def norm_finding(values: pl.DataFrame, norms: dict[str, bool], targeted: list[st
         rows,
     )
     paper_text = (
-        f"precision at |GT| {' / '.join(f'{v:.2f}' for v in ref['norm_step_precision'])} against chance "
+        f"precision at the paid steps {' / '.join(f'{v:.2f}' for v in ref['norm_step_precision'])} against chance "
         f"{ref['step_chance']} "
         f"(lift {ref['norm_step_lift'][0]}-{ref['norm_step_lift'][1]}); the norm matches or beats the best targeted "
         f"estimator on {ref['norm_beats_best_targeted_seeds']} of 3 seeds"
@@ -119,7 +125,7 @@ def norm_finding(values: pl.DataFrame, norms: dict[str, bool], targeted: list[st
         "the norm's lift; there a step's gradient size says no more than the log does about the step (its reward "
         f"variance or its share of groups with an advantage). On {log_wins} of {len(seeds)} seeds it also reaches "
         "the best targeted estimator: there no step-level ranking here, targeted or not, is more than a look-up of "
-        "the log. (`step_paid`, whether the step paid, is GT itself and reaches the ceiling, 1 / chance.)"
+        "the log. (`step_paid`, whether the step paid, is the label itself and reaches the ceiling, 1 / chance.)"
     )
     return "## 1. A norm-only control ranks training steps well above chance\n", "\n".join(
         [f"Paper: {paper_text}.\n", table, verdict + "\n", explained + "\n"]
@@ -163,7 +169,7 @@ def fluency_finding(metrics: pl.DataFrame, targeted: list[str], metric: str) -> 
             f"{seeds_seen} seeds."
         )
     explained = (
-        "What the controls say: fluency is read both ways, max(v, 1 − v): a predictor with AUC 0.3 ranks the labels as "
+        "What the controls say: fluency is read both ways, max(v, 1 − v): a predictor with AUC 0.3 ranks the label as "
         f"well as one with 0.7, reversed (here reversed on {reversed_} of {seeds_seen} seeds at saturated "
         "checkpoints). Checklist item `beats_fluency` uses the same reading."
     )

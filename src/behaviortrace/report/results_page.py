@@ -1,5 +1,5 @@
 """One page of a run's results (results/{run}/results.md), assembled from the run's own tables: the checklist,
-the training summary, what the labels can and cannot show, the leave-out replay, the exact influence, the
+the training summary, what the label can and cannot show, the leave-out replay, the exact influence, the
 paper's findings and what each rule cost. Every
 number on it comes from files of that run; `make results-page` copies the default run's page to docs/."""
 
@@ -108,7 +108,7 @@ def results_page(
         _body(checklist, "## The numbers behind each verdict"),
         "## Training\n",
         _body(training),
-        "## What the planted labels can and cannot show\n",
+        "## What the planted label can and cannot show\n",
         _body(controls),
         "## Leave-out replay\n",
         _body(replay),

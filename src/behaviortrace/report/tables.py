@@ -18,7 +18,7 @@ from behaviortrace.config.sections import Checklist
 
 PLANTED, PLACEBO = "planted", "placebo"
 # Rows of the metrics table that are not estimators: paid counts and behavior-token cosines.
-NOT_ESTIMATORS = ("ground_truth", "behavior_tokens", "paid_per_step")
+NOT_ESTIMATORS = ("label", "behavior_tokens")
 # Metrics of the summary: (metric, levels it exists at, heading).
 SUMMARY_METRICS = [
     ("lift", ("step", "step_summed", "rollout"), "Lift (precision at n_paid / chance)"),

@@ -1,4 +1,4 @@
-"""The effect ground truth: the forced target's mean log-prob on the probe prompts, measured at the weights of
+"""The measured effect: the forced target's mean log-prob on the probe prompts, measured at the weights of
 every training step (before its update) and after the last, so that each step's measured change
 f(w_{t+1}) - f(w_t) can be set against what the estimators' step scores predict (evaluate/effect.py).
 
