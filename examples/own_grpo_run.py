@@ -26,8 +26,10 @@ from behaviortrace.config.sections import Config
 from behaviortrace.model import models
 from behaviortrace.train.grpo import make_reward_funcs
 
-# Estimators to score with (a module of behaviortrace.estimators each, with its settings from the run's config).
-ESTIMATORS = ("gas", "trak", "adam_tracin", "tracincp", "reward", "random")
+# Estimators to score with (a module of behaviortrace.estimators each, with its settings from the run's config): four
+# that read sketches, dattri's TRAK, which reads the checkpoints (the peers extra, installed by `make run`), and two
+# controls.
+ESTIMATORS = ("gas", "trak", "adam_tracin", "tracincp", "dattri_trak", "reward", "random")
 
 
 def main(results: Path, out: Path, influence: bool) -> None:

@@ -199,7 +199,7 @@ def test_evaluation_does_not_depend_on_the_order_of_computation_and_random_sits_
     sets = {
         ("random", "none"): score_frames(rollouts, rng.random(rollouts.height)),
         ("fluency", "none"): score_frames(rollouts, fluency),
-        ("label", "none"): score_frames(rollouts, rollouts["paid"].to_numpy().astype(float)),
+        ("perfect", "none"): score_frames(rollouts, rollouts["paid"].to_numpy().astype(float)),  # the label itself
     }
     args = dict(
         run="t",
@@ -236,8 +236,8 @@ def test_evaluation_does_not_depend_on_the_order_of_computation_and_random_sits_
     band = cell("random", "step", "lift_chance_band")
     assert abs(band["value"] - 1.0) < 0.1 and band["ci_low"] < 1.0 < band["ci_high"]
     assert band["ci_low"] <= cell("random", "step", "lift")["value"] <= band["ci_high"]
-    assert cell("label", "step", "lift")["value"] > band["ci_high"]
-    assert cell("label", "rollout", "precision_at_paid")["value"] == 1.0
+    assert cell("perfect", "step", "lift")["value"] > band["ci_high"]
+    assert cell("perfect", "rollout", "precision_at_paid")["value"] == 1.0
     assert cell("fluency", "rollout", "within_group_auc")["ci_low"] > 0.55
     # Fluency residualized on itself carries nothing.
     assert abs(cell("fluency", "rollout", "within_group_auc_fluency_resid")["value"] - 0.5) < 0.02

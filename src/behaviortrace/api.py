@@ -22,7 +22,7 @@ import polars as pl
 import zarr
 from transformers import TrainerCallback
 
-from behaviortrace.common.io import atomic_write_text, replace_dir
+from behaviortrace.common.io import atomic_write_text, replace_dir, scratch_dir
 from behaviortrace.config.load import complete
 from behaviortrace.config.schema import check_schema
 from behaviortrace.config.sections import SCHEDULERS, Config
@@ -38,10 +38,12 @@ from behaviortrace.plant.markers import marker_token_ids
 from behaviortrace.plant.planting import rollout_id, shows_behavior
 from behaviortrace.replay.retrain import update_error, weight_difference
 from behaviortrace.score import contract
+from behaviortrace.score.model_run import ModelRun, ModelTarget
 from behaviortrace.score.view import SeedView, Target
 from behaviortrace.sketch.capture import TrainCapture, shard_name
 from behaviortrace.sketch.maps import SketchMap
 from behaviortrace.targets.gradients import items_sketch
+from behaviortrace.targets.items import load_items, save_items
 from behaviortrace.train.checkpoints import (
     checkpoint_dir,
     checkpoint_for_step,
@@ -331,12 +333,12 @@ class Run:
     def _write_target(self, store: Path, name: str, behavior, prompts, completions, device: dict) -> None:
         sketch, temperature = self.cfg.sketch, self.cfg.grpo.temperature
         arrays = {f"{name}{s}": [] for s in ("", "_norm", "_n", "_adam")}
-        has_adam, adam_meta, smap = [], {}, None
+        has_adam, adam_meta, smap, kept = [], {}, None, {}
         for step, path in self.checkpoints.items():
             model, tokenizer = models.load(path, device)
             if smap is None:
                 smap = SketchMap.for_model(model, sketch.method, sketch.k, sketch.seed)
-            items = _items(tokenizer, behavior, prompts, completions)
+            items = kept[step] = _items(tokenizer, behavior, prompts, completions)
             denominator, meta = checkpoint_denominator(self.adam.get(step), step, smap.device)
             adam_meta = meta or adam_meta
             has_adam.append(denominator is not None)
@@ -351,24 +353,40 @@ class Run:
         for key, values in arrays.items():
             vector = key in (name, f"{name}_adam")
             group.create_array(key, data=np.asarray(values, dtype="float32" if vector else None))
+        save_items(kept, partial, name)
         group.attrs.update({**smap.attrs(), "adam": adam_meta, "complete": True})
         replace_dir(partial, store)
 
     def score(self, estimator: str, target: Target | None = None, **settings) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Score every rollout with `estimator` (a module of behaviortrace.estimators, or any name with
         `module=`; `settings` are its config entry) against `target`: a rollout table and a step table, as the
-        workflow's score files hold them."""
+        workflow's score files hold them. An estimator that needs the model (ekfac, trackstar, dattri_trak) reads
+        the checkpoints and the target's items, and fits what it prepares in a scratch folder of the run's,
+        removed when it is done (rule score_model's way)."""
         problems = contract.check_params(estimator, settings)
         if problems:
             raise ValueError("\n".join(problems))
         instance = contract.Instance.of(estimator, settings)
-        if instance.needs_model:
-            raise ValueError(
-                f"estimator {estimator} needs the model and its preparation per checkpoint; the API scores "
-                "estimators that read sketches (run it through the workflow)"
+        if not instance.needs_model:
+            view = SeedView(self.shards, self.rollouts_path)
+            return contract.run(estimator, settings, view, target if instance.uses_target else None)
+        if target is None:
+            raise ValueError(f"estimator {estimator} needs a target")
+        steps = [int(s) for s in target.checkpoint_steps]
+        items = load_items(self.folder / "targets" / f"{target.kind}.zarr", steps, target.kind)
+        with scratch_dir(self.folder / f".scratch-{estimator}") as scratch:
+            run = ModelRun(self.cfg, self.rollouts_path, self.folder / "checkpoints.json", self.checkpoints[0], scratch)
+            cfg = self.cfg
+            model_target = ModelTarget(
+                target.kind,
+                0,
+                target.checkpoint_steps,
+                items,
+                cfg.grpo.temperature,
+                cfg.sketch.chunk_rollouts,
+                run.device,
             )
-        view = SeedView(self.shards, self.rollouts_path)
-        return contract.run(estimator, settings, view, target if instance.uses_target else None)
+            return contract.run(estimator, settings, run, model_target)
 
     def influence(
         self,
