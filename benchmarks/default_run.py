@@ -9,7 +9,8 @@ workflow) with this checkout's .venv (the commit's own package first on the path
 install. Prints each run's wall time, the ratio, the start-up share of each (report/cost.py), and every table under
 results/<run>/tables/ and checklist.json that differs between the two (none: "identical"; the influence table's
 cost_ratio rows are timings and left out). With `--results`, it compares two finished runs' folders instead, every
-Parquet file under them (scores, metrics, logs and tables; the benchmark files left out) and checklist.json;
+Parquet file under them (scores, metrics, logs and tables; benchmark files and metric caches left out) and
+checklist.json;
 `--renamed` first gives a baseline from before issue 54 that issue's names (RENAMED), and compares tables whose rows
 the new names sort elsewhere as sets of rows.
 """
@@ -110,10 +111,11 @@ def same_rows(a: pl.DataFrame, b: pl.DataFrame) -> bool:
 
 
 def results_differences(a: Path, b: Path, rename: bool) -> tuple[int, list[str]]:
-    """How many Parquet files of run `a` (benchmarks left out) equal run `b`'s, and those that do not, with
-    checklist.json; with `rename`, `a` is given issue 54's names first."""
+    """How many Parquet files of run `a` equal run `b`'s, and those that do not, with checklist.json; with `rename`,
+    `a` is given issue 54's names first. Benchmarks are timings, and the metric caches are named by code digests."""
     same, out = 0, []
-    for path in sorted(p for p in a.rglob("*.parquet") if "benchmarks" not in p.relative_to(a).parts):
+    skipped = ("benchmarks", "cache")
+    for path in sorted(p for p in a.rglob("*.parquet") if not set(skipped) & set(p.relative_to(a).parts)):
         rel = path.relative_to(a).as_posix()
         for old, new in RENAMED_FILES.items() if rename else ():
             rel = rel.replace(old, new)

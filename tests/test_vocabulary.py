@@ -21,6 +21,11 @@ SUFFIXES = (".py", ".smk", ".rst", ".md", ".yaml")
 SKIPPED = {"docs/results.md", "docs/paper_shape_results.md", "tests/test_vocabulary.py", "benchmarks/default_run.py"}
 
 
+# Lines that must keep a retired word: the label set's seeds are drawn from its former name, so that a run draws the
+# random comparison sets it drew before the rename (replay/removal.py).
+KEPT = {"src/behaviortrace/replay/removal.py": "SEED_SALT = "}
+
+
 def files(root):
     found = [root / "README.md", root / "Snakefile", root / "Makefile"]
     for folder in SOURCES:
@@ -32,7 +37,10 @@ def retired_words(root) -> list[str]:
     """Every line of the code and docs under `root` that uses a retired word, with the word to use instead."""
     hits = []
     for path in files(root):
+        kept = KEPT.get(path.relative_to(root).as_posix())
         for n, line in enumerate(path.read_text().splitlines(), 1):
+            if kept and line.startswith(kept):
+                continue
             for pattern, instead in RETIRED.items():
                 if re.search(pattern, line, re.IGNORECASE if pattern.startswith("ground") else 0):
                     hits.append(f"{path.relative_to(root)}:{n}: {line.strip()[:80]!r}: use {instead}")

@@ -43,9 +43,15 @@ def random_set(rollout_ids: np.ndarray, k: int, seed: int) -> set[int]:
     return set(np.random.default_rng(seed).choice(rollout_ids, size=k, replace=False).tolist())
 
 
+# The name a removal's seeds are drawn from: the label set keeps the name it had before issue 54 renamed it, so that
+# it and its random comparisons draw the rollouts they drew before the rename.
+SEED_SALT = {"label": "oracle"}
+
+
 def removal_seed(replay_seed: int, training_seed: int, removal: str, pct: int, rep: int) -> int:
     """A seed per (replay seed, training seed, removal, k, repetition), independent of job order."""
-    return cell_seed("replay", replay_seed, training_seed, removal, pct, rep)
+    name = "~".join(SEED_SALT.get(part, part) for part in removal.split("~"))  # random~label: the sets matched to it
+    return cell_seed("replay", replay_seed, training_seed, name, pct, rep)
 
 
 def removal_size(n_paid: int, pct: int) -> int:
