@@ -22,6 +22,7 @@ import polars as pl
 import zarr
 from transformers import TrainerCallback
 
+from behaviortrace.common import device as devices
 from behaviortrace.common.io import atomic_write_text, replace_dir, scratch_dir
 from behaviortrace.config.load import complete
 from behaviortrace.config.schema import check_schema
@@ -110,7 +111,7 @@ class Capture(StepLogging, TrainerCallback):
             saved_steps(steps, self.save_every, steps) if self.checkpoints is None else sorted(self.checkpoints)
         )
         self.rollout_log = RolloutLog(self.train_dir / "parts")
-        self.device = _device_of(trainer)
+        self.device = devices.resolve(self.cfg.compute)  # the capture's config read it off the trainer
         fingerprint = hashlib.sha256(json.dumps([self.cfg.to_dict(), self.seed], sort_keys=True).encode()).hexdigest()
         ref = trainer.ref_model if args.beta else None
         self.capture = TrainCapture(
@@ -284,14 +285,6 @@ def replay_problems(args, optimizer) -> list[str]:
     return problems
 
 
-def _device_of(trainer) -> dict:
-    import torch
-
-    on_cuda = next(trainer.model.parameters()).is_cuda
-    dtype = "bfloat16" if trainer.args.bf16 else "float32"
-    return {"use_cuda": on_cuda, "device": "cuda" if on_cuda else "cpu", "dtype": dtype, "torch_dtype": torch.float32}
-
-
 class Run:
     """A captured run (what `Capture` left in its folder): its rollout log, sketch stores and checkpoints."""
 
@@ -415,16 +408,7 @@ class Run:
 
         with tempfile.TemporaryDirectory(dir=self.folder, prefix=".states-") as folder:
             result = exact_influence(traj, objective, end, segment_steps, StateStore(folder, "cpu"), (), compare)
-        table = pl.DataFrame(
-            {
-                "rollout_id": result.rollout_ids,
-                "step": result.steps,
-                "influence": result.influence,
-                "influence_advantages": result.advantages,
-                "influence_held": result.held,
-            }
-        )
-        return table, pl.DataFrame(
+        return result.table(channels=False), pl.DataFrame(
             checks, schema={"step": pl.Int64, "weight_difference": pl.Float64, "update_error": pl.Float64}
         )
 

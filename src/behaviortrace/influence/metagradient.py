@@ -77,6 +77,23 @@ class Influence:
     def influence(self) -> np.ndarray:
         return self.of(self.semantics)
 
+    def table(self, channels: bool = True):
+        """One row per rollout: its id and step, I under the run's semantics, through the advantages and held, and
+        with `channels` each channel of the advantages' I (`via_*`)."""
+        import polars as pl
+
+        parts = {f"via_{name}": self.channels[name] for name in CHANNELS if name != "held"} if channels else {}
+        return pl.DataFrame(
+            {
+                "rollout_id": self.rollout_ids,
+                "step": self.steps,
+                "influence": self.influence,
+                "influence_advantages": self.advantages,
+                "influence_held": self.held,
+                **parts,
+            }
+        )
+
 
 def segment_starts(end: int, segment: int) -> list[int]:
     return list(range(0, end, segment))

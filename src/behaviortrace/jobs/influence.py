@@ -58,7 +58,6 @@ def influence_job(
 ) -> pl.DataFrame:
     """I_z of one arm and seed, per-step sums, the job's checks and its retraining (the LDS subsets and, given
     `label_percents`, the leave-out replay's paid sets, chosen with `replay_seed`), each to its file."""
-    from behaviortrace.influence.adjoint import CHANNELS
     from behaviortrace.influence.metagradient import StateStore, exact_influence
     from behaviortrace.influence.retrain import central_difference, retrain
     from behaviortrace.replay.retrain import update_error, weight_difference
@@ -149,16 +148,7 @@ def influence_job(
         values = retrain(traj, store, sets, end, objective, inf.retrain_batch)
         result.seconds["retrain"] = time.time() - started
 
-    table = pl.DataFrame(
-        {
-            "rollout_id": result.rollout_ids,
-            "step": result.steps,
-            "influence": result.influence,
-            "influence_advantages": result.advantages,
-            "influence_held": result.held,
-            **{f"via_{name}": result.channels[name] for name in CHANNELS if name != "held"},
-        }
-    )
+    table = result.table()
     steps = (
         table.group_by("step")
         .agg(pl.col("influence").sum(), pl.col("influence").abs().sum().alias("abs_influence"), pl.len().alias("n"))
