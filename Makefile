@@ -7,17 +7,20 @@
 VENV ?= .venv
 PYTHON ?= python3
 
-.PHONY: run test lint docs pytest pytest-second-cpu test-slurm clean-results browser results-page paper-shape-page
+.PHONY: run test lint docs pytest pytest-timed pytest-second-cpu test-slurm clean-results browser results-page paper-shape-page
 
 run: $(VENV)/.installed
 	$(VENV)/bin/snakemake --cores all
 	$(VENV)/bin/snakemake --report results/default/report.html
 
-# pytest lists its 15 slowest steps (tests and fixtures) at the end: where CI's time goes.
+# The test suite, its numerics rerun and the SLURM check run side by side (each prints its output when it ends): on two
+# cores the SLURM check mostly waits for its scheduler, and the reruns fill the gaps the workflows leave. pytest lists
+# its 15 costliest tests by CPU and by wall time at the end: where CI's time goes.
 test: lint $(VENV)/.installed-test browser
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=15
-	$(MAKE) pytest-second-cpu
-	VENV=$(VENV) tests/slurm/run_cluster.sh
+	$(MAKE) --no-print-directory -j3 --output-sync=target pytest-timed pytest-second-cpu test-slurm
+
+pytest-timed: $(VENV)/.installed-test browser
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=15 --cpu-durations=15
 
 # Style and workflow checks (ruff, snakefmt, Snakemake's own linter); fast, and part of make test.
 lint: $(VENV)/.installed-test

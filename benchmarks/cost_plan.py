@@ -66,7 +66,7 @@ QWEN_7B = {
 PROMPT_TOKENS = 48  # the chat template's and the task's prompt tokens (benchmarks/capture_scaling.py)
 # Per rule, what its work grows with beyond the model (work_units): the steps a job runs through times the tokens per
 # rollout (training, a replay, the influence), the probe completions it samples, the rollouts it reads, or those
-# times the draws and target kinds it scores them against (score_model). Other rules: per job.
+# times the draws and target kinds it scores them against (score, score_model). Other rules: per job.
 WORK = {
     "train_grpo": "train",
     "replay": "replay",
@@ -74,10 +74,9 @@ WORK = {
     "influence_set": "influence",
     "targets": "probes",
     "behavior": "probes",
-    "score": "rollouts",
-    "prepare": "rollouts",
-    "prepare_model": "rollouts",
-    "score_model": "model_scores",
+    "score": "scored_cells",
+    "score_target_free": "rollouts",
+    "score_model": "scored_cells",
     "sketch_gram": "rollouts",
     "sketch_matrix": "rollouts",
     "evaluate": "rollouts",
@@ -94,7 +93,6 @@ MODEL_RULES = {
     "replay",
     "influence",
     "influence_set",
-    "prepare_model",
     "score_model",
 }
 
@@ -120,7 +118,7 @@ def work_units(cfg: dict) -> dict[str, float]:
         "influence": influence_end(cfg) * tokens,
         "probes": (probes["n_probes"] + probes["n_plain"]) * targets["samples_per_prompt"] * tokens,
         "rollouts": rollouts,
-        "model_scores": rollouts * targets["draws"] * len(cfg["evaluation"]["target_kinds"]),
+        "scored_cells": rollouts * targets["draws"] * len(cfg["evaluation"]["target_kinds"]),
     }
 
 

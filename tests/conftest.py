@@ -16,6 +16,8 @@ import yaml
 from behaviortrace.tools.small_runs import default_config, small_config, workflow_config  # noqa: F401 (fixtures' configs)
 from tolerance import install_audit
 
+pytest_plugins = ["cpu_time"]  # --cpu-durations N (tests/cpu_time.py)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

@@ -316,7 +316,10 @@ def test_overriding_the_replayed_estimators_alone_is_accepted():
         "-n", "--cores", "1", "--config", "replay={'estimators': ['gas', 'norm']}", "placebo={'enabled': false}"
     )
     assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
-    assert _job_count(res.stdout + res.stderr, "influence_set") == 3 * 2
+    # One job per planted seed, retraining both estimators' sets.
+    assert _job_count(res.stdout + res.stderr, "influence_set") == 3
+    sets = {p for p in re.findall(r"results/default/planted\d/influence/sets/\w+\.parquet", res.stdout)}
+    assert len(sets) == 3 * 2 and {p.rsplit("/", 1)[1] for p in sets} == {"gas_p100.parquet", "norm_p100.parquet"}
 
 
 DRY_RUN_PAPER = """
@@ -347,7 +350,8 @@ def test_paper_dag_lists_every_job_without_loading_a_model(hub_cache):
         ("training_summary", 1),
         ("targets", 8),
         ("headroom", 1),
-        ("score", 124),
+        ("score", 20),  # one per seed and targeted estimator: every draw and target kind
+        ("score_target_free", 44),
         ("evaluate", 8),
         ("aggregate", 1),
         ("figures", 1),

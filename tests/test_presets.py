@@ -73,6 +73,30 @@ def test_what_each_preset_names(tmp_path):
         assert ran[preset]["influence"]["measure_at"] == "window_start+10"
     assert ran["smooth.yaml"]["influence"]["lds_subsets"] == 100
     assert "dattri_trak" in ran["peers.yaml"]["estimators"]
+    # The default run retrains its LDS subsets under its configured meaning of removal only; smooth.yaml under both.
+    assert lds_meanings(default) == {default["influence"]["semantics"]}
+    assert lds_meanings(ran["smooth.yaml"]) == {"advantages", "held"}
+
+
+def lds_meanings(ran: dict) -> set[str]:
+    """The meanings of removal the influence job retrains the LDS subsets under, with the config `ran`, on a rollout
+    log of the config's shape before T."""
+    import polars as pl
+
+    from behaviortrace.configure import parse
+    from behaviortrace.influence.sets import retrained_sets
+
+    cfg = parse(ran)
+    end, g, per_step = cfg.influence.end_step(cfg.planting, cfg.grpo.steps), cfg.grpo.num_generations, 2
+    n = end * per_step * g
+    rollouts = pl.DataFrame(
+        {
+            "rollout_id": range(n),
+            "step": [i // (per_step * g) for i in range(n)],
+            "group_id": [i // g for i in range(n)],
+        }
+    )
+    return {z.semantics for z in retrained_sets(cfg, rollouts, end, "planted", 0, [], 0) if z.kind == "lds"}
 
 
 def test_config_overrides_apply_over_a_preset(tmp_path):

@@ -239,8 +239,7 @@ def test_changing_one_estimator_reruns_only_its_scores_and_the_evaluation(finish
     n_draws, n_targets = cfg["targets"]["draws"], len(cfg["evaluation"]["target_kinds"])
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
     expected = {
-        "prepare": n_runs,  # trak's factorization, once per seed (temporary, so made again)
-        "score": n_runs * n_draws * n_targets,
+        "score": n_runs,  # one job per seed: trak's factorization, then every draw and target kind
         "evaluate": n_runs * n_draws,
         "aggregate": 1,
         "effect_steps": 1,  # trak's step scores beside the measured effect
@@ -253,8 +252,10 @@ def test_changing_one_estimator_reruns_only_its_scores_and_the_evaluation(finish
     }
     assert job_counts(res.stdout + res.stderr) == expected
     outputs = [line for line in res.stdout.splitlines() if line.strip().startswith("output:")]
-    written = [o for o in outputs if "/scores/" in o and "prepared.npz" not in o]
+    written = [o for o in outputs if "/scores/" in o]
     assert len(written) == expected["score"] and all("/scores/trak/" in o for o in written)
+    # Each writes its seed's rollout and step scores of every draw and target kind.
+    assert all(o.count(".parquet") == 2 * n_draws * n_targets for o in written), written
 
 
 def test_a_new_model_estimator_instance_is_scored_in_one_invocation(finished_run):
@@ -270,15 +271,13 @@ def test_a_new_model_estimator_instance_is_scored_in_one_invocation(finished_run
     counts = job_counts(res.stdout + res.stderr)
     n_draws, n_targets = cfg["targets"]["draws"], len(cfg["evaluation"]["target_kinds"])
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
-    assert counts.get("score_model") == n_runs, counts  # one job per seed
+    # One job per seed: trackstar's rollout side fitted once, then every draw and target kind scored.
+    assert counts.get("score_model") == n_runs, counts
     assert counts.get("evaluate") == n_runs * n_draws and counts.get("aggregate") == 1, counts
-    assert not {"preflight", "base_model", "train_grpo", "score"} & set(counts), counts
+    assert not {"preflight", "base_model", "train_grpo", "score", "score_target_free"} & set(counts), counts
     outputs = [line for line in res.stdout.splitlines() if line.strip().startswith("output:") and "/scores/" in line]
-    assert counts.get("prepare_model") == n_runs, counts  # trackstar's rollout side, fitted once per seed
-    assert len(outputs) == counts["score_model"] + n_runs and all("/scores/trackstar8/" in o for o in outputs)
-    # Each score_model job writes its seed's rollout and step scores of every draw and target kind.
-    scored = [o for o in outputs if "/prepared" not in o]
-    assert len(scored) == n_runs and all(o.count(".parquet") == 2 * n_draws * n_targets for o in scored), scored
+    assert len(outputs) == n_runs and all("/scores/trackstar8/" in o for o in outputs)
+    assert all(o.count(".parquet") == 2 * n_draws * n_targets for o in outputs), outputs
 
 
 def test_a_finished_run_is_sketched_again_from_its_checkpoints_without_retraining(finished_run):
@@ -346,8 +345,8 @@ def test_adding_one_estimator_runs_only_its_scores_and_updates_the_tables(finish
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
     rules = sorted({rule for rule, _ in jobs})
     expected = ["aggregate", "all", "effect_steps", "evaluate", "figures", "influence_figure", "influence_metrics"]
-    assert rules == [*expected, "results_page", "run_config", "score"], rules
-    scores = [w for rule, w in jobs if rule == "score"]
+    assert rules == [*expected, "results_page", "run_config", "score_target_free"], rules
+    scores = [w for rule, w in jobs if rule == "score_target_free"]
     # A control without a target does not depend on the generation draw: one score job per run, read by every draw.
     assert len(scores) == n_runs and all("estimator=adv_norm" in w for w in scores)
     metrics = pl.read_parquet(workdir / "results" / "wf" / "tables" / "metrics.parquet")
@@ -392,11 +391,12 @@ def test_editing_a_shared_estimator_helper_reruns_exactly_the_estimators_that_us
     }
     assert rerun == users
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
-    # Targeted estimators: one job per target kind and draw; norm's instances (no target): one for every draw.
+    # One job per seed and estimator: targeted estimators in rule score (every draw and target kind), norm's
+    # instances (no target) in rule score_target_free.
     targeted = [e for e in users if modules[e] != "norm"]
-    per_target = len(cfg["evaluation"]["target_kinds"]) * cfg["targets"]["draws"]
-    per_run = len(targeted) * per_target + len(users) - len(targeted)
-    assert job_counts(log)["score"] == n_runs * per_run
+    counts = job_counts(log)
+    assert counts["score"] == n_runs * len(targeted)
+    assert counts["score_target_free"] == n_runs * (len(users) - len(targeted))
     assert snakemake(workdir, "-n").stdout.count("rule score") == 0  # restored: nothing to do again
 
 
@@ -414,9 +414,9 @@ def test_two_instances_of_one_module_run_side_by_side_and_rerun_apart(finished_r
     assert res.returncode == 0, res.stderr[-3000:]
     jobs = _jobs_run(res.stderr)
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
-    own = [w for rule, w in jobs if rule in ("prepare", "score")]
+    own = [w for rule, w in jobs if rule.startswith("score")]
     assert all("estimator=trak_l1" in w for w in own)
-    assert len(own) == n_runs * (1 + cfg["targets"]["draws"] * len(cfg["evaluation"]["target_kinds"]))
+    assert len(own) == n_runs  # one job per seed: its factorization, then every draw and target kind
     metrics = pl.read_parquet(workdir / "results" / "wf" / "tables" / "metrics.parquet")
     auc = metrics.filter((pl.col("metric") == "auroc") & (pl.col("level") == "rollout") & (pl.col("stratum") == "all"))
     by = {

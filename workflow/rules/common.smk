@@ -2,6 +2,7 @@
 # Validation runs at parse time, so a bad config stops the workflow before any job starts.
 
 import sys
+from functools import cache
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -51,9 +52,13 @@ def _names(instances):
     return "|".join(instances) or "(?!)"
 
 
-# Sketch-based estimators run in rule score, those that need the model (NEEDS_MODEL) in rule score_model.
-SKETCH_ESTIMATORS = _names([n for n, e in ESTIMATORS.items() if not e.needs_model])
+# Sketch-based estimators run in rule score (those that use a target) or score_target_free, those that need the model
+# (NEEDS_MODEL) in rule score_model.
+TARGETED_SKETCH_ESTIMATORS = _names([n for n, e in ESTIMATORS.items() if not e.needs_model and e.uses_target])
+TARGET_FREE_SKETCH_ESTIMATORS = _names([n for n, e in ESTIMATORS.items() if not e.needs_model and not e.uses_target])
 MODEL_ESTIMATORS = _names([n for n, e in ESTIMATORS.items() if e.needs_model])
+# The draw of a target-free estimator's one score file, which every draw reads.
+UNDRAWN = _estimators.UNDRAWN
 FIGURE_NAMES = [
     "behavior_rates",
     "lift",
@@ -101,11 +106,6 @@ TARGET_STORE = f"{SEED_DIR}/targets/draw{{draw}}.zarr"
 TARGET_RATES = f"{SEED_DIR}/targets/draw{{draw}}_rates.parquet"
 SCORES = f"{SEED_DIR}/scores/{{estimator}}/draw{{draw}}_{{target}}.parquet"
 STEP_SCORES = f"{SEED_DIR}/scores/{{estimator}}/draw{{draw}}_{{target}}_steps.parquet"
-# What an estimator with a `prepare` function computes once per seed for all its score jobs.
-PREPARED = f"{SEED_DIR}/scores/{{estimator}}/prepared.npz"
-# What an estimator that needs the model fits once per seed for all its score jobs (ekfac's factors, trackstar's
-# rollout gradients), a folder.
-PREPARED_MODEL = f"{SEED_DIR}/scores/{{estimator}}/prepared"
 METRICS = f"{SEED_DIR}/metrics/draw{{draw}}.parquet"
 METRICS_CACHE = f"{SEED_DIR}/metrics/cache/draw{{draw}}"
 TOKEN_COSINES = f"{SEED_DIR}/metrics/draw{{draw}}_token_cosines.parquet"
@@ -145,9 +145,15 @@ def model_estimator_config(wildcards):
     return {**sections, **estimator_config(wildcards)}
 
 
+@cache
+def _estimator_digest(name):
+    return ESTIMATORS[name].source_digest()
+
+
 def estimator_code(wildcards):
-    """A digest of the code a score job runs: editing it reruns the jobs of this estimator's instances only."""
-    return ESTIMATORS[wildcards.estimator].source_digest()
+    """A digest of the code a score job runs: editing it reruns the jobs of this estimator's instances only. Read once
+    per estimator and invocation (parsing every imported module for every job cost Snakemake seconds)."""
+    return _estimator_digest(wildcards.estimator)
 
 
 def seed_paths(pattern, arms=("planted", "placebo"), **more):
@@ -159,28 +165,19 @@ def shard_paths(wildcards):
     return expand(SHARD, arm=wildcards.arm, seed=wildcards.seed, shard=SHARDS)
 
 
-def score_target_input(wildcards):
-    return [] if wildcards.target == "none" else TARGET_STORE.format(**wildcards)
+def gram_input(wildcards):
+    """The seed's Gram matrix, for estimators that prepare with it (trak's factorization)."""
+    return SKETCH_GRAM.format(**wildcards) if ESTIMATORS[wildcards.estimator].prepares else []
 
 
-def prepared_input(wildcards):
-    """The estimator's per-seed preparation, for estimators that have one (trak's factorization)."""
-    return PREPARED.format(**wildcards) if ESTIMATORS[wildcards.estimator].prepares else []
+# The (draw, target kind) of each score file a score or score_model job writes: every one of its seed (for the
+# estimators that use a target: all that need the model do, score/contract.py).
+SCORE_CELLS = [(d, t) for d in DRAWS for t in CFG.evaluation.target_kinds]
 
 
-def prepared_model_input(wildcards):
-    """The per-seed preparation of an estimator that needs the model, for estimators that have one."""
-    return PREPARED_MODEL.format(**wildcards) if ESTIMATORS[wildcards.estimator].prepares else []
-
-
-# The (draw, target kind) of each score file a score_model job writes: every one of its seed (estimators that need
-# the model use a target, score/contract.py).
-MODEL_CELLS = [(d, t) for d in DRAWS for t in CFG.evaluation.target_kinds]
-
-
-def model_score_paths(pattern):
-    """`pattern` (SCORES or STEP_SCORES) for each of MODEL_CELLS, with {arm}, {seed} and {estimator} left open."""
-    return [expand(pattern, draw=d, target=t, allow_missing=True)[0] for d, t in MODEL_CELLS]
+def score_cell_paths(pattern):
+    """`pattern` (SCORES or STEP_SCORES) for each of SCORE_CELLS, with {arm}, {seed} and {estimator} left open."""
+    return [expand(pattern, draw=d, target=t, allow_missing=True)[0] for d, t in SCORE_CELLS]
 
 
 def score_path(pattern, arm, seed, estimator, target, draw):
@@ -214,12 +211,17 @@ def replay_runs():
     return runs
 
 
+def ranking_scores(seed, removal):
+    """The rollout scores that rank the rollouts of a replay set (none for the built-in sets)."""
+    if removal in _schedule.BUILTIN:
+        return []
+    target, draw = _schedule.ranking_score(ESTIMATORS[removal], CFG.replay)
+    return score_path(SCORES, "planted", seed, removal, target, draw)
+
+
 def replay_scores(wildcards):
     """The rollout scores that rank the rollouts, for an estimator's replay."""
-    if wildcards.removal in _schedule.BUILTIN:
-        return []
-    target, draw = _schedule.ranking_score(ESTIMATORS[wildcards.removal], CFG.replay)
-    return score_path(SCORES, "planted", wildcards.seed, wildcards.removal, target, draw)
+    return ranking_scores(wildcards.seed, wildcards.removal)
 
 
 # Who writes the sketch stores: the training job itself with sketch.mode: train (it captures each step
@@ -244,12 +246,18 @@ def feeds_replay(wildcards):
 
 # The influence jobs are the longest of a seed after training: started early, they do not end the run alone.
 INFLUENCE_PRIORITY = 5
+# The leave-out replay sets the influence_set job of each planted seed retrains: (removal, percent).
+INFLUENCE_SETS = [(m, p) for m in CFG.influence.sets for p in CFG.replay.removal_percent]
 INFLUENCE_SET_FILES = [
-    (seed, INFLUENCE_SET.format(seed=seed, removal=m, pct=p))
-    for seed in SEEDS
-    for m in CFG.influence.sets
-    for p in CFG.replay.removal_percent
+    (seed, INFLUENCE_SET.format(seed=seed, removal=m, pct=p)) for seed in SEEDS for m, p in INFLUENCE_SETS
 ]
+
+
+def influence_set_scores(wildcards):
+    """Each set's ranking scores by its estimator's name (influence_set's param; its input: the values)."""
+    return {m: ranking_scores(wildcards.seed, m) for m in CFG.influence.sets if ranking_scores(wildcards.seed, m)}
+
+
 INFLUENCE_SCORE_KEYS = [(arm, seed, d, e, t) for arm, seed in ARM_SEEDS for d in DRAWS for e, t in SCORE_KEYS]
 
 

@@ -35,28 +35,33 @@ rule influence:
         "../scripts/influence.py"
 
 
-rule influence_set:
-    input:
-        rollouts=PLANTED_ROLLOUTS,
-        checkpoints=PLANTED_CHECKPOINTS,
-        base_model=BASE_MODEL,
-        probes=PROBE_PROMPTS,
-        scores=replay_scores,
-    output:
-        INFLUENCE_SET,
-    log:
-        f"{LOGS}/influence_set/planted{{seed}}_{{removal}}_p{{pct}}.log",
-    benchmark:
-        f"{BENCHMARKS}/influence_set/planted{{seed}}_{{removal}}_p{{pct}}.tsv"
-    conda:
-        CONDA_ENV
-    threads: 1
-    resources:
-        gpu=GPU,
-    params:
-        config=config_for("grpo", "planting", "influence", "replay", "compute"),
-    script:
-        "../scripts/influence_set.py"
+# Defined only where there are sets to retrain (influence.sets names at least one estimator).
+if INFLUENCE_SETS:
+
+    rule influence_set:
+        input:
+            rollouts=PLANTED_ROLLOUTS,
+            checkpoints=PLANTED_CHECKPOINTS,
+            base_model=BASE_MODEL,
+            probes=PROBE_PROMPTS,
+            scores=lambda wildcards: list(influence_set_scores(wildcards).values()),
+        output:
+            [expand(INFLUENCE_SET, removal=m, pct=p, allow_missing=True)[0] for m, p in INFLUENCE_SETS],
+        log:
+            f"{LOGS}/influence_set/planted{{seed}}.log",
+        benchmark:
+            f"{BENCHMARKS}/influence_set/planted{{seed}}.tsv"
+        conda:
+            CONDA_ENV
+        threads: 1
+        resources:
+            gpu=GPU,
+        params:
+            config=config_for("grpo", "planting", "influence", "replay", "compute"),
+            sets=INFLUENCE_SETS,
+            scores=influence_set_scores,
+        script:
+            "../scripts/influence_set.py"
 
 
 rule influence_metrics:

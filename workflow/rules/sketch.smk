@@ -43,7 +43,7 @@ rule sketch_matrix:
         "../scripts/sketch_matrix.py"
 
 
-# Built only for estimators that prepare (rule prepare reads it): rerunning one then factors it only.
+# Built only for estimators that prepare (their score jobs read it): rerunning one then factors it only.
 rule sketch_gram:
     input:
         matrix=SKETCH_MATRIX,

@@ -1,4 +1,5 @@
-"""Rule influence_set: f(w_T) retrained with one leave-out replay set removed (as influence.semantics says)."""
+"""Rule influence_set: f(w_T) retrained with each leave-out replay set of one planted seed removed (as
+influence.semantics says)."""
 
 from pathlib import Path
 
@@ -6,16 +7,14 @@ from behaviortrace.common.job import start
 from behaviortrace.jobs.influence import influence_set_job
 
 sm = snakemake  # noqa: F821
-w = sm.wildcards
 influence_set_job(
     start(sm, torch_threads=True),
-    seed=int(w.seed),
-    removal=w.removal,
-    pct=int(w.pct),
+    seed=int(sm.wildcards.seed),
+    sets=[(removal, int(pct)) for removal, pct in sm.params.sets],
     rollouts_path=Path(sm.input.rollouts),
     checkpoints_path=Path(sm.input.checkpoints),
     base_model=Path(sm.input.base_model),
     probes_path=Path(sm.input.probes),
-    scores_path=Path(sm.input.scores) if sm.input.scores else None,
-    out=Path(sm.output[0]),
+    scores_paths={name: Path(path) for name, path in sm.params.scores.items()},
+    outs=[Path(p) for p in sm.output],
 )

@@ -1,4 +1,4 @@
-"""Rule score: one estimator's scores for one seed, draw and target kind."""
+"""Rules score and score_target_free: one sketch estimator's scores for one seed, every draw and target kind."""
 
 from pathlib import Path
 
@@ -6,17 +6,15 @@ from behaviortrace.common.job import start
 from behaviortrace.jobs.score import score_job
 
 sm = snakemake  # noqa: F821
-w = sm.wildcards
 score_job(
     start(sm),
-    estimator=w.estimator,
-    target=w.target,
-    draw=int(w.draw),
+    estimator=sm.wildcards.estimator,
+    cells=[(int(d), t) for d, t in sm.params.cells],
     shards=[Path(p) for p in sm.input.shards],
     rollouts=Path(sm.input.rollouts),
     sketch_matrix=Path(sm.input.matrix),
-    prepared=Path(sm.input.prepared) if sm.input.prepared else None,
-    target_store=Path(sm.input.target) if sm.input.target else None,
-    out_rollouts=Path(sm.output.rollouts),
-    out_steps=Path(sm.output.steps),
+    sketch_gram=Path(sm.input.gram) if sm.input.gram else None,
+    target_stores=dict(enumerate(Path(p) for p in sm.input.get("targets", []))),  # draws are 0, 1, ...
+    out_rollouts=[Path(p) for p in sm.output.rollouts],
+    out_steps=[Path(p) for p in sm.output.steps],
 )

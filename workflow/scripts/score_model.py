@@ -1,4 +1,5 @@
-"""Rule score_model: one model-needing estimator's scores for one seed, every draw and target kind."""
+"""Rule score_model: one model-needing estimator's per-seed fit and its scores for one seed, every draw and target
+kind."""
 
 from pathlib import Path
 
@@ -13,7 +14,6 @@ score_model_job(
     rollouts=Path(sm.input.rollouts),
     checkpoints=Path(sm.input.checkpoints),
     base_model=Path(sm.input.base_model),
-    prepared=Path(sm.input.prepared) if sm.input.prepared else None,
     target_stores=dict(enumerate(Path(p) for p in sm.input.targets)),  # draws are 0, 1, ...
     probes=Path(sm.input.probes),
     out_rollouts=[Path(p) for p in sm.output.rollouts],

@@ -3,8 +3,10 @@ rerun clears."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import resource
 import shutil
 import sys
 from contextlib import contextmanager
@@ -50,8 +52,12 @@ def scratch_dir(path: Path):
         shutil.rmtree(path, ignore_errors=True)
 
 
-# The first line of every job's log; report/cost.py reads the number back (a job's fixed cost, on the results page).
-STARTUP_LINE = "job started %.2f s after its process (interpreter, Snakemake's script preamble, imports)"
+# The first and last lines of every job's log; report/cost.py reads their numbers back (a job's fixed cost and its
+# CPU time, on the results page; benchmarks/profile_run.py splits a run's CPU time with them). Snakemake's benchmark
+# file samples a job's CPU time every 30 s after its first 15 s, so it misses up to 30 s of every job: the job's own
+# count at exit does not.
+STARTUP_LINE = "job started %.2f s after its process, %.2f CPU s (interpreter, Snakemake's script preamble, imports)"
+END_LINE = "job ended %.2f s after its process: %.2f CPU s in all, %.2f of them in child processes"
 
 
 def process_age() -> float | None:
@@ -65,9 +71,15 @@ def process_age() -> float | None:
         return None
 
 
+def cpu_seconds() -> tuple[float, float]:
+    """CPU seconds (user and system) of this process, every thread, and of its child processes that have ended."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
 def setup_logging(log_file: str | None) -> logging.Logger:
     """Log to the rule's log file (and stderr), with timestamps, for progress on long stages. A job's log (one with a
-    file) opens with how long the job took to start."""
+    file) opens with how long the job took to start and ends with the CPU time it took."""
     age = process_age() if log_file else None
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_file:
@@ -79,8 +91,14 @@ def setup_logging(log_file: str | None) -> logging.Logger:
     sys.excepthook = _log_failure  # a job's error goes into its own log, not only to the console
     logger = logging.getLogger("behaviortrace")
     if age is not None:
-        logger.info(STARTUP_LINE, age)
+        logger.info(STARTUP_LINE, age, sum(cpu_seconds()))
+        atexit.register(_log_end, logger)
     return logger
+
+
+def _log_end(logger: logging.Logger) -> None:
+    own, children = cpu_seconds()
+    logger.info(END_LINE, process_age() or 0.0, own + children, children)
 
 
 def _log_failure(kind, value, traceback) -> None:

@@ -425,8 +425,9 @@ class Influence:
         "step without it) or held (only its own term is scaled; advantages and normalization as logged)",
     )
     lds_both_semantics: bool = key(
-        True,
-        "retrain the LDS subsets under both meanings of removal, to report the LDS of I under each (twice the cost)",
+        False,
+        "retrain the LDS subsets under both meanings of removal too, to report the LDS of I under each (twice the "
+        "cost; config/smooth.yaml does)",
     )
     dtype: Literal["float32", "float64"] = key(
         "float32", "float32 (as trained) or float64 (exact arithmetic: FD checks agree to ~1e-6; ~2.5x the time)"

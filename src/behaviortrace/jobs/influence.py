@@ -6,8 +6,8 @@
   and forced target; optionally I_z of a rollout and of its group against float64 central differences of
   retraining), and its retraining: f(w_T) with each LDS subset removed (under both meanings, with
   `influence.lds_both_semantics`), each step (leave-one-step-out) and, for planted seeds, the paid set.
-- influence_set (one job per planted seed and estimator of influence.sets): f(w_T) retrained with the
-  estimator's leave-out replay set (its top-scored set) removed, for predicted-vs-measured.
+- influence_set (one job per planted seed): f(w_T) retrained with each leave-out replay set of influence.sets (an
+  estimator's top-scored set) removed, for predicted-vs-measured.
 
 torch and the training code are imported inside the jobs, so the table and figure jobs start fast.
 """
@@ -180,17 +180,18 @@ def influence_set_job(
     cfg: Config,
     *,
     seed: int,
-    removal: str,
-    pct: int,
+    sets: list[tuple[str, int]],
     rollouts_path: Path,
     checkpoints_path: Path,
     base_model: Path,
     probes_path: Path,
-    scores_path: Path | None,
-    out: Path,
-) -> pl.DataFrame:
-    """f(w_T) retrained with an estimator's leave-out replay set removed (its top-scored set, as replay/removal.py
-    chooses it), in the influence's dtype and semantics."""
+    scores_paths: dict[str, Path],
+    outs: list[Path],
+) -> None:
+    """f(w_T) retrained with each estimator's leave-out replay set removed (its top-scored set, as replay/removal.py
+    chooses it), in the influence's dtype and semantics: one (removal, percent) of `sets` per file of `outs`, each
+    from the same step-0 state. `scores_paths` holds each estimator's ranking scores. One job per seed: each
+    retraining takes about a second, less than a job's start-up with torch and transformers."""
     from behaviortrace.influence.retrain import value_after
     from behaviortrace.replay.removal import measured_steps, removal_set
 
@@ -198,25 +199,26 @@ def influence_set_job(
     traj, objective, _, rollouts, _ = setup(
         cfg, rollouts_path, checkpoints_path, base_model, probes_path, cfg.influence.dtype
     )
-    scores = pl.read_parquet(scores_path) if scores_path else None
+    start = traj.state()
     replay_end = max(measured_steps(cfg.replay, cfg.planting, cfg.grpo.steps))
-    removed = removal_set(removal, pct, rollouts, scores, cfg.replay.seed, seed, replay_end)
-    started = time.time()
-    value = value_after(traj, traj.state(), dict.fromkeys(removed, 0.0), end, objective)
-    log.info(
-        "seed %d, %s removal=%d%%: %d rollouts removed (%s), f(w_%d) = %.6f; %.1f s",
-        seed,
-        removal,
-        pct,
-        len(removed),
-        cfg.influence.semantics,
-        end,
-        value,
-        time.time() - started,
-    )
-    table = zeroed_table([Zeroed(removal, "rollout", pct, 0, removed, cfg.influence.semantics)], [value])
-    atomic_write_parquet(table, out)
-    return table
+    for (removal, pct), out in zip(sets, outs, strict=True):
+        scores = pl.read_parquet(scores_paths[removal]) if removal in scores_paths else None
+        removed = removal_set(removal, pct, rollouts, scores, cfg.replay.seed, seed, replay_end)
+        started = time.time()
+        value = value_after(traj, start, dict.fromkeys(removed, 0.0), end, objective)
+        log.info(
+            "seed %d, %s removal=%d%%: %d rollouts removed (%s), f(w_%d) = %.6f; %.1f s",
+            seed,
+            removal,
+            pct,
+            len(removed),
+            cfg.influence.semantics,
+            end,
+            value,
+            time.time() - started,
+        )
+        table = zeroed_table([Zeroed(removal, "rollout", pct, 0, removed, cfg.influence.semantics)], [value])
+        atomic_write_parquet(table, out)
 
 
 def influence_metrics_job(

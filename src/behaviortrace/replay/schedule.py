@@ -1,7 +1,7 @@
 """Which jobs a leave-out replay waits on, for Snakemake's scheduling priorities.
 
 An estimator's replay is the longest job downstream of its score jobs, so the jobs on its path (the seed's
-Gram matrix, the estimator's preparation, the score file that ranks its rollouts) and the replay itself run
+Gram matrix, the estimator's score job, which writes the file that ranks its rollouts) and the replay itself run
 before other ready jobs. Rerunning one replayed estimator then ends with its evaluations, not its replays.
 Replays that need no scores (full, label, random) fill the gaps.
 """
@@ -31,17 +31,13 @@ def feeds_replay(
     planted_seeds: list[int],
     instances: dict[str, Instance],
 ) -> int:
-    """PRIORITY for a sketch_gram, prepare or score job (`job`: its wildcards) that a replay waits on, else 0.
+    """PRIORITY for a sketch_gram or score job (`job`: its wildcards) that a replay waits on, else 0.
 
-    sketch_gram jobs have no estimator (every replayed estimator that prepares reads them), prepare jobs no
-    target or draw, score jobs all of them."""
+    sketch_gram jobs have no estimator (every replayed estimator that prepares reads them); a score job scores every
+    draw and target kind of its estimator and seed, the one that ranks the replayed rollouts among them."""
     if job["arm"] != "planted" or int(job["seed"]) not in planted_seeds:
         return 0
     removal = job.get("estimator")
     if removal is None:
         return PRIORITY if any(instances[m].prepares for m in replay.estimators) else 0
-    if removal not in replay.estimators:
-        return 0
-    if "target" not in job:
-        return PRIORITY
-    return PRIORITY if (job["target"], int(job["draw"])) == ranking_score(instances[removal], replay) else 0
+    return PRIORITY if removal in replay.estimators else 0

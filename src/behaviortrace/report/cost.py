@@ -1,7 +1,7 @@
 """What a finished run cost, per rule: jobs, wall time (sum, and share of all jobs), start-up, CPU time and peak
 memory, read from the `benchmark:` file Snakemake writes for every job (results/{run}/benchmarks/) and the first
-line of the job's log (results/{run}/logs/, the same path: common/io.py's setup_logging writes how long its process
-took to start).
+and last lines of the job's log (results/{run}/logs/, the same path: common/io.py's setup_logging writes how long its
+process took to start, and its CPU time when it ends).
 
 Wall times add up jobs that ran side by side, so their sum exceeds the run's elapsed time on more than one
 core; the share column says where the work goes.
@@ -14,10 +14,8 @@ from pathlib import Path
 
 import polars as pl
 
-from behaviortrace.common.io import STARTUP_LINE
-
 # The rules of an estimator instance's jobs, whose benchmark files are named {arm}{seed}_{estimator}[_draw{d}_{target}].
-ESTIMATOR_RULES = ("prepare", "prepare_model", "score", "score_model")
+ESTIMATOR_RULES = ("score", "score_target_free", "score_model")
 _JOB = re.compile(
     r"^(?:planted|placebo)\d+_(?P<estimator>[a-z][a-z0-9_]*?)(?:_draw\d+_(?:in_context|forced|none))?\.tsv$"
 )
@@ -29,25 +27,38 @@ def _rss(value: str | None) -> float | None:
     return mb if mb > 0 else None
 
 
-_STARTUP = re.compile(re.escape(STARTUP_LINE.partition("%.2f")[0]) + r"([0-9.]+)")
+# The numbers of STARTUP_LINE and END_LINE (common/io.py). A job of a version before the CPU count logged its start-up
+# alone ("job started 1.23 s after its process (...)"): read too, so that older runs still compare.
+_STARTUP = re.compile(r"job started ([0-9.]+) s after its process(?:, ([0-9.]+) CPU s)?")
+_END = re.compile(r"job ended ([0-9.]+) s after its process: ([0-9.]+) CPU s in all, ([0-9.]+) of them in child")
 
 
-def startup_seconds(log: Path) -> float | None:
-    """The start-up a job logged (STARTUP_LINE), None where its log has none (a job of an older version)."""
+def logged_times(log: Path) -> dict:
+    """What a job logged of its own times (common/io.py): start-up seconds and the CPU seconds spent in them, and
+    its CPU seconds in all (children included) at exit; None for what its log lacks (a job of an older version,
+    or one killed before it ended)."""
+    found = {"startup_s": None, "startup_cpu_s": None, "logged_cpu_s": None}
     try:
-        with open(log) as f:
-            for _, line in zip(range(5), f, strict=False):
-                found = _STARTUP.search(line)
-                if found:
-                    return float(found[1])
+        with open(log, "rb") as f:
+            head = f.read(4096).decode(errors="replace")
+            f.seek(max(0, f.seek(0, 2) - 4096))
+            tail = f.read().decode(errors="replace")
     except OSError:
-        pass
-    return None
+        return found
+    if start := _STARTUP.search(head):
+        found.update(startup_s=float(start[1]), startup_cpu_s=None if start[2] is None else float(start[2]))
+    if ends := _END.findall(tail):
+        found["logged_cpu_s"] = float(ends[-1][1])
+    return found
 
 
 def read_benchmarks(folder: Path) -> pl.DataFrame:
-    """One row per job: its rule (the first folder under `folder`), wall seconds, start-up seconds (from its log in
-    the `logs` folder beside `folder`), CPU seconds, peak RSS, and when it ended (the benchmark file's time)."""
+    """One row per job: its rule (the first folder under `folder`), wall seconds, start-up seconds and their CPU
+    seconds (from its log in the `logs` folder beside `folder`), CPU seconds, peak RSS, and when it ended (the
+    benchmark file's time).
+
+    CPU seconds are the job's own count at exit where its log has it (`cpu_source` "log"); else Snakemake's last
+    sample ("sampled"), which misses what the job did after it: up to 30 s per job."""
     rows = []
     logs = folder.parent / "logs"
     for path in sorted(folder.rglob("*.tsv")):
@@ -55,20 +66,26 @@ def read_benchmarks(folder: Path) -> pl.DataFrame:
         rule = job.parts[0].removesuffix(".tsv")
         table = pl.read_csv(path, separator="\t", null_values=["-", "NA"], infer_schema_length=0)
         last = table.row(-1, named=True)  # one row per repeat; jobs here run once
+        times = logged_times(logs / job.with_suffix(".log"))
+        sampled = float(last["cpu_time"]) if last.get("cpu_time") not in (None, "") else None
+        logged = times.pop("logged_cpu_s")
         rows.append(
             {
                 "rule": rule,
                 "job": job.as_posix(),
                 "wall_s": float(last["s"]),
-                "startup_s": startup_seconds(logs / job.with_suffix(".log")),
-                "cpu_s": float(last["cpu_time"]) if last.get("cpu_time") not in (None, "") else None,
+                **times,
+                "cpu_s": sampled if logged is None else logged,
+                "cpu_source": "sampled" if logged is None else "log",
                 "max_rss_mb": _rss(last.get("max_rss")),
                 "ended": path.stat().st_mtime,
             }
         )
     if not rows:
         raise FileNotFoundError(f"no benchmark files under {folder}; run the workflow first")
-    return pl.DataFrame(rows, schema_overrides={"startup_s": pl.Float64, "cpu_s": pl.Float64})
+    return pl.DataFrame(
+        rows, schema_overrides={"startup_s": pl.Float64, "startup_cpu_s": pl.Float64, "cpu_s": pl.Float64}
+    )
 
 
 def configured(jobs: pl.DataFrame, estimators: set[str]) -> pl.DataFrame:

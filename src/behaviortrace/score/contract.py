@@ -61,7 +61,7 @@ class Estimator(Protocol):
     `view`, and a ModelTarget (the target's items and its value as a function of the weights) in place of
     `target`; it reads no sketches, and its optional `prepare(run, folder, **params) -> None` writes what it fits once
     per seed (kronfluence's factors, TrackStar's rollout gradients) into `folder`, which `score` gets as `prepared`
-    (rule prepare_model). Its score files are the same. Before anything trains, the
+    (rule score_model fits it first, then scores every cell). Its score files are the same. Before anything trains, the
     rule preflight runs its `score` on the base model with a handful of synthetic rollouts (score/preflight.py),
     with its configured settings updated by an optional module attribute PREFLIGHT_SETTINGS (what so few rollouts
     need), and refuses the model if it fails.
@@ -274,16 +274,21 @@ def run(
 
 
 def step_table(view: SeedView, rollout_scores: np.ndarray, aggregate: str, variant: np.ndarray | None) -> pl.DataFrame:
-    """Step-level scores: the aggregate of the step's rollout scores, and the step-level variant if any."""
+    """Step-level scores: the aggregate of the step's rollout scores, and the step-level variant if any.
+
+    Each step's scores are aggregated in rollout order by numpy, so the same scores give the same step scores to the
+    bit (a polars group-by summed in an order that depended on its threads)."""
     if aggregate not in AGGREGATES:
         raise ValueError(f"step_aggregate {aggregate!r} is not one of {AGGREGATES}")
-    df = pl.DataFrame({"step": view.rollouts["step"], "score": rollout_scores})
-    agg = {"sum": pl.col("score").sum(), "mean": pl.col("score").mean(), "max": pl.col("score").max()}[aggregate]
-    out = df.group_by("step").agg(agg.alias("score")).sort("step")
-    steps = out["step"].to_numpy()
-    summed = np.full(len(steps), np.nan) if variant is None else np.asarray(variant, dtype=float)
-    if len(summed) != len(steps):
-        raise ValueError(f"step-level variant gave {len(summed)} scores for {len(steps)} steps")
+    steps = view.rollouts["step"].to_numpy()
+    order = np.argsort(steps, kind="stable")
+    uniq, starts = np.unique(steps[order], return_index=True)
+    reduce = {"sum": np.sum, "mean": np.mean, "max": np.max}[aggregate]
+    parts = np.split(np.asarray(rollout_scores, dtype=np.float64)[order], starts[1:])
+    out = pl.DataFrame({"step": uniq, "score": np.array([reduce(part) for part in parts], dtype=np.float64)})
+    summed = np.full(len(uniq), np.nan) if variant is None else np.asarray(variant, dtype=float)
+    if len(summed) != len(uniq):
+        raise ValueError(f"step-level variant gave {len(summed)} scores for {len(uniq)} steps")
     return out.with_columns(score_summed=pl.Series(summed))
 
 

@@ -55,5 +55,8 @@ def workflow_config() -> dict:
     # leave-one-step-out. Small subsets (10% and 25% of the 9 groups and 36 rollouts before T): at 50% a
     # look-up of the reward predicted this run's removals as well as I did (margin -0.00 [-0.12, +0.11]).
     cfg["grpo"].update(adam_epsilon=1e-3, max_grad_norm=1e9)
-    cfg["influence"].update(lds_subsets=60, lds_percents=[10, 25], leave_step_out=True, bootstrap=500)
+    # Both meanings of removal retrained (config/smooth.yaml's setting; the default retrains its configured one only).
+    cfg["influence"].update(
+        lds_subsets=60, lds_percents=[10, 25], leave_step_out=True, bootstrap=500, lds_both_semantics=True
+    )
     return cfg
