@@ -65,14 +65,15 @@ QWEN_7B = {
 }
 PROMPT_TOKENS = 48  # the chat template's and the task's prompt tokens (benchmarks/capture_scaling.py)
 # Per rule, what its work grows with beyond the model (work_units): the steps a job runs through times the tokens per
-# rollout (training, a replay, the influence), the probe completions it samples, the rollouts it reads, or those
-# times the draws and target kinds it scores them against (score, score_model). Other rules: per job.
+# rollout (training, a replay, the influence), the probe completions it samples (targets: for every draw), the
+# rollouts it reads, or those times the draws and target kinds it scores them against (score, score_model). Other
+# rules: per job.
 WORK = {
     "train_grpo": "train",
     "replay": "replay",
     "influence": "influence",
     "influence_set": "influence",
-    "targets": "probes",
+    "targets": "drawn_probes",
     "behavior": "probes",
     "score": "scored_cells",
     "score_target_free": "rollouts",
@@ -112,11 +113,13 @@ def work_units(cfg: dict) -> dict[str, float]:
     window_end = cfg["planting"]["window"][1] + 1
     measured = max(grpo["steps"] if m == "final" else window_end for m in cfg["replay"]["measure_at"])
     rollouts = grpo["steps"] * grpo["prompts_per_step"] * grpo["num_generations"]
+    sampled = (probes["n_probes"] + probes["n_plain"]) * targets["samples_per_prompt"] * tokens
     return {
         "train": grpo["steps"] * tokens,
         "replay": measured * tokens,
         "influence": influence_end(cfg) * tokens,
-        "probes": (probes["n_probes"] + probes["n_plain"]) * targets["samples_per_prompt"] * tokens,
+        "probes": sampled,
+        "drawn_probes": sampled * targets["draws"],
         "rollouts": rollouts,
         "scored_cells": rollouts * targets["draws"] * len(cfg["evaluation"]["target_kinds"]),
     }

@@ -218,25 +218,31 @@ def test_stale_partial_store_from_other_settings_is_discarded(small_run, cpu, tm
 
 
 def test_targets_per_draw(small_run, cpu, tmp_path):
+    """One targets job writes every draw of its seed; a draw is the same whether the job makes it after another draw
+    or alone, and another draw samples other completions."""
     cfg, d = small_run["cfg"], small_run["dir"]
     probes = pl.read_parquet(d / "probes.parquet")
 
-    def run(draw, name):
+    def run(draws, names):
         targets_job(
             typed(cfg),
             seed=0,
-            draw=draw,
+            draws=draws,
             checkpoints_path=d / "checkpoints.json",
             probes_path=d / "probes.parquet",
             plain_path=d / "plain.parquet",
-            out_store=tmp_path / f"{name}.zarr",
-            out_rates=tmp_path / f"{name}.parquet",
+            out_stores=[tmp_path / f"{name}.zarr" for name in names],
+            out_rates=[tmp_path / f"{name}.parquet" for name in names],
         )
-        return zarr.open_group(tmp_path / f"{name}.zarr", mode="r"), pl.read_parquet(tmp_path / f"{name}.parquet")
+        return [
+            (zarr.open_group(tmp_path / f"{name}.zarr", mode="r"), pl.read_parquet(tmp_path / f"{name}.parquet"))
+            for name in names
+        ]
 
-    store, rates = run(0, "a")
-    again, rates_again = run(0, "b")
-    other, other_rates = run(1, "c")
+    (store, rates), (other, other_rates) = run([0, 1], ["a", "c"])
+    ((again, rates_again),) = run([0], ["b"])
+    ((alone, alone_rates),) = run([1], ["d"])
+    assert np.array_equal(other["in_context"][:], alone["in_context"][:]) and other_rates.equals(alone_rates)
     saved = [c["step"] for c in json.loads((d / "checkpoints.json").read_text())["checkpoints"]]
     assert store["checkpoint_step"][:].tolist() == saved
     n_samples = cfg["targets"]["samples_per_prompt"] * probes.height

@@ -1,4 +1,4 @@
-"""Rule targets: in-context and forced behavior targets and behavior rates for one seed and draw."""
+"""Rule targets: in-context and forced behavior targets and behavior rates for one seed, every draw."""
 
 from pathlib import Path
 
@@ -9,10 +9,10 @@ sm = snakemake  # noqa: F821
 targets_job(
     start(sm, torch_threads=True),
     seed=int(sm.wildcards.seed),
-    draw=int(sm.wildcards.draw),
+    draws=[int(d) for d in sm.params.draws],
     checkpoints_path=Path(sm.input.checkpoints),
     probes_path=Path(sm.input.probes),
     plain_path=Path(sm.input.plain),
-    out_store=Path(sm.output.store),
-    out_rates=Path(sm.output.rates),
+    out_stores=[Path(p) for p in sm.output.stores],
+    out_rates=[Path(p) for p in sm.output.rates],
 )

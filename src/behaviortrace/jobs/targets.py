@@ -1,4 +1,4 @@
-"""The targets stage for one (seed, draw): targets and behavior rates at every analysis checkpoint."""
+"""The targets stage for one seed: targets and behavior rates at every analysis checkpoint, for each draw."""
 
 from __future__ import annotations
 
@@ -30,6 +30,22 @@ log = logging.getLogger(__name__)
 def targets_job(
     cfg: Config,
     *,
+    seed: int,
+    draws: list[int],
+    checkpoints_path: Path,
+    probes_path: Path,
+    plain_path: Path,
+    out_stores: list[Path],
+    out_rates: list[Path],
+) -> None:
+    """The targets and behavior rates of one seed for each of `draws`, into the matching store and rates file: one
+    job per seed, which pays its imports of torch and transformers once."""
+    for draw, store, rates in zip(draws, out_stores, out_rates, strict=True):
+        draw_targets(cfg, seed, draw, checkpoints_path, probes_path, plain_path, store, rates)
+
+
+def draw_targets(
+    cfg: Config,
     seed: int,
     draw: int,
     checkpoints_path: Path,
