@@ -5,6 +5,7 @@ jobs' in score/contract.py, the evaluation cache's in evaluate/cache.py) and the
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 from pathlib import Path
 
@@ -21,9 +22,17 @@ def module_files() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE_ROOT.rglob("*.py"))}
 
 
-def imported_modules(path: Path, known: set[str]) -> set[str]:
+def imported_modules(path: Path, known: set[str]) -> frozenset[str]:
     """Project modules `path` imports anywhere (top level or inside functions), with the packages whose
     `__init__` files importing them runs."""
+    stat = Path(path).stat()
+    return _imported_modules(Path(path), stat.st_mtime_ns, stat.st_size, frozenset(known))
+
+
+@functools.lru_cache(maxsize=4096)
+def _imported_modules(path: Path, mtime_ns: int, size: int, known: frozenset[str]) -> frozenset[str]:
+    """`imported_modules`, parsed once per file version (each score job's digest walks the same modules: parsing
+    them again for each of a run's estimators cost Snakemake seconds)."""
     found = set()
     for node in ast.walk(ast.parse(Path(path).read_text())):
         if isinstance(node, ast.Import):
@@ -39,7 +48,7 @@ def imported_modules(path: Path, known: set[str]) -> set[str]:
     for name in list(found):
         parts = name.split(".")
         found.update(".".join(parts[:i]) for i in range(1, len(parts)))
-    return found & known
+    return frozenset(found & known)
 
 
 def dependency_files(modules: list[str]) -> list[Path]:
