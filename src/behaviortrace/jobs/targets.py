@@ -41,10 +41,10 @@ def targets_job(
     """The targets and behavior rates of one seed for each of `draws`, into the matching store and rates file: one
     job per seed, which pays its imports of torch and transformers once."""
     for draw, store, rates in zip(draws, out_stores, out_rates, strict=True):
-        draw_targets(cfg, seed, draw, checkpoints_path, probes_path, plain_path, store, rates)
+        _draw_targets(cfg, seed, draw, checkpoints_path, probes_path, plain_path, store, rates)
 
 
-def draw_targets(
+def _draw_targets(
     cfg: Config,
     seed: int,
     draw: int,
