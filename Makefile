@@ -1,11 +1,14 @@
 # Two commands do all set-up on a fresh machine (Python 3.11+):
 #   make run    builds .venv if needed, runs the default pipeline (snakemake --cores all) and builds
 #               its HTML report (results/default/report.html)
-#   make test   builds .venv if needed, installs Chromium if missing, runs the linters, the test suite, its
-#               numerically sensitive tests again under a second CPU capability, then the SLURM check
+#   make test   builds .venv if needed, installs Chromium if missing, runs the linters, then side by side the test
+#               suite, its numerically sensitive tests again under a second CPU capability, and the SLURM check
 #               (needs root and apt-get: it installs SLURM and munge from Debian)
 VENV ?= .venv
 PYTHON ?= python3
+# pytest on two workers (pytest-xdist); tests that share a module's fixture stay on one worker, and the long runs the
+# tests share start in the background as soon as they are collected (tests/conftest.py).
+PYTEST = $(VENV)/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup
 
 .PHONY: run test lint docs pytest pytest-timed pytest-second-cpu test-slurm clean-results browser results-page paper-shape-page
 
@@ -14,13 +17,13 @@ run: $(VENV)/.installed
 	$(VENV)/bin/snakemake --report results/default/report.html
 
 # The test suite, its numerics rerun and the SLURM check run side by side (each prints its output when it ends): on two
-# cores the SLURM check mostly waits for its scheduler, and the reruns fill the gaps the workflows leave. pytest lists
-# its 15 costliest tests by CPU and by wall time at the end: where CI's time goes.
+# cores the SLURM check mostly waits for its scheduler, and the rerun, at a lower priority, fills the gaps. pytest
+# lists its 15 costliest tests by CPU and by wall time at the end: where CI's time goes.
 test: lint $(VENV)/.installed-test browser
 	$(MAKE) --no-print-directory -j3 --output-sync=target pytest-timed pytest-second-cpu test-slurm
 
 pytest-timed: $(VENV)/.installed-test browser
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=15 --cpu-durations=15
+	$(PYTEST) --durations=15 --cpu-durations=15
 
 # Style and workflow checks (ruff, snakefmt, Snakemake's own linter); fast, and part of make test.
 lint: $(VENV)/.installed-test
@@ -35,7 +38,7 @@ docs: $(VENV)/.installed
 
 # The test suite alone.
 pytest: $(VENV)/.installed-test browser
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
+	$(PYTEST)
 
 # The numerically sensitive tests again with torch's kernels for a lower CPU capability than this machine's
 # (AVX-512 -> AVX2, AVX2 or anything else -> default), as another processor would run them: a tolerance that only
@@ -43,7 +46,7 @@ pytest: $(VENV)/.installed-test browser
 pytest-second-cpu: $(VENV)/.installed-test
 	capability=$$($(VENV)/bin/python -c "import torch; print('avx2' if torch.backends.cpu.get_cpu_capability().startswith('AVX512') else 'default')") && \
 	echo "numerics tests under ATEN_CPU_CAPABILITY=$$capability" && \
-	ATEN_CPU_CAPABILITY=$$capability $(VENV)/bin/python -m pytest -q -p no:cacheprovider -m numerics
+	ATEN_CPU_CAPABILITY=$$capability nice -n 10 $(PYTEST) -m numerics
 
 # A reduced pipeline on a throwaway single-node SLURM cluster on this machine (installs and starts
 # SLURM and munge; needs root and apt-get). See tests/slurm/run_cluster.sh.

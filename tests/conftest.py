@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import os
 import subprocess
 import sys
@@ -52,6 +51,18 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.module.__name__ in NUMERIC_MODULES and "finished_run" not in item.fixturenames:
             item.add_marker(pytest.mark.numerics)
+        # Under pytest-xdist (--dist loadgroup), a module's tests that share a module-scoped fixture go to one worker,
+        # which computes it once.
+        if any(defs[-1].scope == "module" for defs in item._fixtureinfo.name2fixturedefs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+    # Tests that wait for a background run last, the run started first (the lowest nice) first: the others run
+    # while the runs do.
+    def waits(item):
+        runs = [BACKGROUND[name][0] for name in item.fixturenames if name in BACKGROUND]
+        return (1, min(runs)) if runs else (0, 0)
+
+    items.sort(key=waits)
 
 
 def fake_hub_cache(root: Path, *repo_ids: str) -> Path:
@@ -174,8 +185,10 @@ def rollout_gradients(small_run, cpu):
     return param_layout(model), per_row_gradients(model, batch, args)
 
 
-def snakemake(workdir, *args):
-    cmd = [
+def snakemake_argv(workdir: Path, *args) -> list[str]:
+    """A real Snakemake run of the workflow in `workdir`, with its config.yaml merged over the defaults as users pass
+    one, on two cores."""
+    return [
         sys.executable,
         "-m",
         "snakemake",
@@ -189,49 +202,117 @@ def snakemake(workdir, *args):
         "2",
         *args,
     ]
-    return subprocess.run(cmd, capture_output=True, text=True)
 
 
-@pytest.fixture(scope="session")
-def finished_run(tmp_path_factory):
-    """A real Snakemake run of the whole workflow (two seeds and a placebo seed) on the small config."""
-    workdir = tmp_path_factory.mktemp("workflow")
+def snakemake(workdir, *args):
+    return subprocess.run(snakemake_argv(workdir, *args), capture_output=True, text=True)
+
+
+# Runs started in the background when the tests are collected (tests/background.py), by the fixture that waits for
+# them: name -> (nice, build). `nice` orders them: the lower, the sooner its tests can run (finished_run's are many).
+BACKGROUND: dict[str, tuple[int, object]] = {}
+
+
+def background(fixture: str, nice: int = 0):
+    """Register `build(folder) -> [Command]` as the background run that the fixture named `fixture` waits for."""
+
+    def register(build):
+        BACKGROUND[fixture] = (nice, build)
+        return build
+
+    return register
+
+
+def shared_root(config) -> Path:
+    """The session's temporary folder, which every pytest-xdist worker shares (a worker's own is inside it)."""
+    base = config._tmp_path_factory.getbasetemp()
+    return base.parent if hasattr(config, "workerinput") else base
+
+
+def waited(config, name: str) -> Path:
+    """The folder of the background run `name` once it has ended, started here if collection did not start it."""
+    from background import Background
+
+    nice, build = BACKGROUND[name]
+    run = Background(shared_root(config), name)
+    run.start(build, nice)
+    code, log = run.wait()
+    assert code == 0, log
+    return run.folder
+
+
+def study(folder: Path, cfg: dict, *targets: str) -> list:
+    """A real Snakemake run of `cfg` (to `targets`, else everything) in `folder`/run."""
+    from background import Command
+
+    work = folder / "run"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return [Command(snakemake_argv(work, *targets), str(work))]
+
+
+def second_study_config() -> dict:
+    """The small study with other training seeds (their own sampling of every rollout), as far as the items judged
+    by intervals read: no placebo arm, no replay of an estimator's set. Its checklist is a rerun that three-valued
+    verdicts must not contradict."""
     cfg = workflow_config()
-    (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
-    res = snakemake(workdir)
-    assert res.returncode == 0, res.stderr[-4000:]
-    return workdir, cfg
+    cfg.update(seeds=[2, 3])
+    cfg["placebo"]["enabled"] = False
+    cfg["replay"]["estimators"] = []
+    cfg["influence"].update(sets=[], lds_both_semantics=False)
+    return cfg
+
+
+background("finished_run")(lambda folder: study(folder, workflow_config()))
+background("trained_seed")(lambda folder: study(folder, workflow_config(), "results/wf/planted0/targets/draw0.zarr"))
+background("second_study", nice=10)(lambda folder: study(folder, second_study_config(), "results/wf/checklist.json"))
+
+
+def _run_of(config, name: str) -> tuple[Path, dict]:
+    folder = waited(config, name) / "run"
+    return folder, yaml.safe_load((folder / "config.yaml").read_text())
 
 
 @pytest.fixture(scope="session")
-def trained_seed(request, tmp_path_factory):
+def finished_run(request):
+    """A real Snakemake run of the whole workflow (two seeds and a placebo seed) on the small config."""
+    return _run_of(request.config, "finished_run")
+
+
+@pytest.fixture(scope="session")
+def trained_seed(request):
     """The same workflow run only as far as an estimator that needs the model reads (the first planted seed's
-    training and its draw-0 targets): its numerical checks need no more, and rerun alone under a second CPU. A
-    session that runs the whole workflow anyway (finished_run: the same config, so the same files) reads that."""
+    training and its targets): its numerical checks need no more, and rerun alone under a second CPU. A session that
+    runs the whole workflow anyway (finished_run: the same config, so the same files) reads that."""
     if any("finished_run" in item.fixturenames for item in request.session.items):
         return request.getfixturevalue("finished_run")
-    workdir = tmp_path_factory.mktemp("trained_seed")
-    cfg = workflow_config()
-    (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
-    res = snakemake(workdir, f"results/{cfg['run']}/planted0/targets/draw0.zarr")
-    assert res.returncode == 0, res.stderr[-4000:]
-    return workdir, cfg
+    return _run_of(request.config, "trained_seed")
 
 
 @pytest.fixture(scope="session")
-def second_study(finished_run, tmp_path_factory):
-    """The same small study with other training seeds (their own sampling of every rollout): a rerun that
-    three-valued verdicts must not contradict. Run as far as its checklist, and without the LDS retrained under the
-    other meaning of removal, which the checklist does not read (it reads `influence.semantics` only)."""
-    workdir = tmp_path_factory.mktemp("second_study")
-    cfg = copy.deepcopy(finished_run[1])
-    cfg.update(seeds=[2, 3])
-    cfg["placebo"]["seeds"] = [2]
-    cfg["influence"]["lds_both_semantics"] = False
-    (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
-    res = snakemake(workdir, f"results/{cfg['run']}/checklist.json")
-    assert res.returncode == 0, res.stderr[-4000:]
-    return workdir, cfg
+def second_study(request):
+    """second_study_config's run as far as its checklist."""
+    return _run_of(request.config, "second_study")
+
+
+def pytest_collection_finish(session):
+    """Start the background runs the collected tests need (once per session, whichever xdist worker comes first)."""
+    from background import Background
+
+    needed = {name for item in session.items for name in item.fixturenames if name in BACKGROUND}
+    if "finished_run" in needed:
+        needed.discard("trained_seed")  # it reads finished_run's files
+    for name in sorted(needed, key=lambda n: BACKGROUND[n][0]):
+        nice, build = BACKGROUND[name]
+        Background(shared_root(session.config), name).start(build, nice)
+
+
+def pytest_sessionfinish(session):
+    """Stop the background runs nobody waited for (a test failed first, or the session was interrupted)."""
+    from background import stop_unfinished
+
+    if not hasattr(session.config, "workerinput"):
+        stop_unfinished(shared_root(session.config))
 
 
 def model_scores(module: str, run, target, **settings) -> np.ndarray:

@@ -1,11 +1,14 @@
-"""`--cpu-durations N`: the N tests (setup, call and teardown together) that took the most CPU time, this process's
-and its ended child processes' (a workflow a fixture runs counts where it runs), beside their wall time, and the
-session's total. CI's time on two cores is set by CPU time, which --durations (wall time) does not show."""
+"""`--cpu-durations N`: the N tests (setup, call and teardown together) that took the most CPU time, their process's
+and its ended child processes' (a workflow a test runs counts where it runs), beside their wall time; the session's
+total; and the CPU time of each background run (tests/background.py), which no test's process counts. CI's time on
+two cores is set by CPU time, which --durations (wall time) does not show. Under pytest-xdist each worker measures
+its own tests and sends them to the controller, which prints."""
 
 from __future__ import annotations
 
 import resource
 import time
+from pathlib import Path
 
 import pytest
 
@@ -19,17 +22,29 @@ def pytest_addoption(parser):
     parser.addoption("--cpu-durations", type=int, default=None, metavar="N", help="list the N costliest tests by CPU")
 
 
-_TIMES: dict[str, tuple[float, float]] = {}
+_TIMES: dict[str, list[float]] = {}
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     cpu, wall = _cpu(), time.perf_counter()
     yield
-    _TIMES[item.nodeid] = (_cpu() - cpu, time.perf_counter() - wall)
+    _TIMES[item.nodeid] = [_cpu() - cpu, time.perf_counter() - wall]
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: hand its times to the controller
+        session.config.workeroutput["cpu_times"] = _TIMES
+
+
+def pytest_testnodedown(node, error):
+    _TIMES.update(getattr(node, "workeroutput", {}).get("cpu_times", {}))
 
 
 def pytest_terminal_summary(terminalreporter, config):
+    from background import runs_cpu
+    from conftest import shared_root
+
     n = config.getoption("--cpu-durations")
     if n is None or not _TIMES:
         return
@@ -37,3 +52,8 @@ def pytest_terminal_summary(terminalreporter, config):
     terminalreporter.write_sep("=", f"slowest {n} tests by CPU time (all {len(_TIMES)}: {total:.0f} CPU s)")
     for nodeid, (cpu, wall) in sorted(_TIMES.items(), key=lambda kv: -kv[1][0])[:n]:
         terminalreporter.write_line(f"{cpu:8.1f} CPU s {wall:8.1f} s  {nodeid}")
+    runs = runs_cpu(Path(shared_root(config)))
+    if runs:
+        terminalreporter.write_sep("=", f"background runs ({sum(c for c, _ in runs.values()):.0f} CPU s)")
+        for name, (cpu, wall) in sorted(runs.items(), key=lambda kv: -kv[1][0]):
+            terminalreporter.write_line(f"{cpu:8.1f} CPU s {wall:8.1f} s  {name}")

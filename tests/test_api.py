@@ -3,8 +3,6 @@ captured with `Capture` and scored with `Run`, gives the workflow's scores on th
 
 import ast
 import copy
-import os
-import subprocess
 import sys
 
 import numpy as np
@@ -12,8 +10,9 @@ import polars as pl
 import pytest
 import yaml
 
+from background import Command
 from behaviortrace.score import contract
-from conftest import ROOT, small_config, snakemake
+from conftest import ROOT, background, small_config, snakemake_argv, waited
 
 EXAMPLE = ROOT / "examples" / "own_grpo_run.py"
 # The estimators the example scores with (its ESTIMATORS, read without running it).
@@ -46,23 +45,25 @@ def workflow_score(estimator: str) -> str:
     return f"results/{RUN}/planted0/scores/{estimator}/draw0_{target}.parquet"
 
 
-@pytest.fixture(scope="module")
-def both_runs(tmp_path_factory):
+@background("both_runs", nice=5)
+def api_runs(folder):
     """The workflow's run of seed 0 as far as its score files, and the example script's own run beside it."""
-    workdir = tmp_path_factory.mktemp("api")
+    workdir = folder / "run"
+    workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "config.yaml").write_text(yaml.safe_dump(api_config()))
     influence = [f"results/{RUN}/planted0/influence/{name}.parquet" for name in ("rollouts", "retrain")]
-    res = snakemake(workdir, f"results/{RUN}/config.yaml", *map(workflow_score, ESTIMATORS), *influence)
-    assert res.returncode == 0, res.stderr[-4000:]
-    own = workdir / "own"
-    res = subprocess.run(
-        [sys.executable, str(EXAMPLE), str(workdir / "results" / RUN), str(own), "--influence"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **ONE_THREAD},
-    )
-    assert res.returncode == 0, res.stderr[-4000:]
-    return workdir, own, res.stdout
+    targets = [f"results/{RUN}/config.yaml", *map(workflow_score, ESTIMATORS), *influence]
+    example = [sys.executable, str(EXAMPLE), str(workdir / "results" / RUN), str(workdir / "own"), "--influence"]
+    return [
+        Command(snakemake_argv(workdir, *targets), str(workdir)),
+        Command(example, str(workdir), env=ONE_THREAD, stdout="example.out"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def both_runs(request):
+    folder = waited(request.config, "both_runs")
+    return folder / "run", folder / "run" / "own", (folder / "example.out").read_text()
 
 
 def test_a_plain_script_run_captured_and_scored_through_the_api_gives_the_workflows_scores(both_runs):

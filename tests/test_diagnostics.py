@@ -10,7 +10,8 @@ import numpy as np
 import polars as pl
 import yaml
 
-from conftest import ROOT
+from background import Command
+from conftest import ROOT, background, waited
 from tolerance import within
 
 
@@ -130,37 +131,42 @@ def test_the_gpu_check_fails_with_a_summary_where_no_gpu_is_visible(tmp_path):
     assert summary["passed"] is False and summary["failures"] == ["RuntimeError: no CUDA device visible to torch"]
 
 
-def test_the_gpu_check_runs_its_reduced_workflow_on_the_cpu_in_bf16(tmp_path):
+# The GPU check's steps on the CPU: the fewest it takes (even), each workflow end to end.
+GPU_CHECK_STEPS = 2
+
+
+@background("gpu_check_cpu", nice=10)
+def gpu_check_cpu(folder):
+    """`gpu_check.sh --cpu` into `folder`/out."""
+    script = [str(ROOT / "diagnostics" / "gpu_check.sh"), "--cpu", str(folder / "out")]
+    return [Command(script, str(ROOT), env={"GPU_CHECK_STEPS": str(GPU_CHECK_STEPS)})]
+
+
+def test_the_gpu_check_runs_its_reduced_workflow_on_the_cpu_in_bf16(request):
     """`gpu_check.sh --cpu`: the same script and Python as on a GPU, the whole reduced workflow with a Qwen2 built
     locally (chat template, tied embeddings), in bf16 with train-time capture, on the CPU; and the same with LoRA
     adapters (rank 8 on q and v)."""
     from behaviortrace.sketch.tolerance import tolerance_for
 
-    out = tmp_path / "out"
-    res = subprocess.run(
-        [str(ROOT / "diagnostics" / "gpu_check.sh"), "--cpu", str(out)],
-        env={**os.environ, "GPU_CHECK_STEPS": "4"},
-        capture_output=True,
-        text=True,
-    )
+    out = waited(request.config, "gpu_check_cpu") / "out"
     summary = json.loads((out / "gpu_check_summary.json").read_text())
     tails = [entry.get("log_tail", "") for entry in summary.values() if isinstance(entry, dict)]
-    assert res.returncode == 0 and summary["passed"], (summary["failures"], tails, res.stderr[-3000:])
+    assert summary["passed"], (summary["failures"], tails)
     run = summary["bfloat16"]
-    assert run["workflow_exit"] == 0 and run["rollouts"] == 4 * 16
-    assert len(run["self_check_errors"]) == 4 and 0 < run["self_check_max"]
+    assert run["workflow_exit"] == 0 and run["rollouts"] == GPU_CHECK_STEPS * 16
+    assert len(run["self_check_errors"]) == GPU_CHECK_STEPS and 0 < run["self_check_max"]
     assert within(run["self_check_max"], tolerance_for("bfloat16"))
     assert run["sketch_covers_parameters"] is True and run["chat_prompts"] is True
     assert {"base_model", "train_grpo", "targets", "replay", "aggregate"} <= set(run["rule_wall_s"])
     # The same workflow with LoRA adapters, in bf16: capture and the self-check over the adapter's parameters only.
     lora = summary["bfloat16_lora"]
-    assert lora["workflow_exit"] == 0 and len(lora["self_check_errors"]) == 4
+    assert lora["workflow_exit"] == 0 and len(lora["self_check_errors"]) == GPU_CHECK_STEPS
     assert within(lora["self_check_max"], tolerance_for("bfloat16")) and lora["sketch_covers_parameters"] is True
     assert 0 < lora["trainable_parameters"] < 20_000, lora["trainable_parameters"]
     assert {"influence", "replay"} <= set(lora["rule_wall_s"])
-    # config/paper.yaml reduced to four steps: its dtype, sketch width and step shape, on a model of its heads.
+    # config/paper.yaml reduced to a few steps: its dtype, sketch width and step shape, on a model of its heads.
     paper = summary["paper"]
-    assert paper["workflow_exit"] == 0 and paper["rollouts"] == 4 * 16 and paper["chat_prompts"] is True
+    assert paper["workflow_exit"] == 0 and paper["rollouts"] == GPU_CHECK_STEPS * 16 and paper["chat_prompts"] is True
     assert within(paper["self_check_max"], tolerance_for("bfloat16")) and paper["sketch_covers_parameters"] is True
     ran = yaml.safe_load((out / "paper" / "config.yaml").read_text())
     assert ran["compute"]["dtype"] == "bfloat16" and ran["sketch"]["k"] == 65536 and ran["grpo"]["lr"] == 5.0e-6
