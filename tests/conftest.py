@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -204,8 +205,16 @@ def snakemake_argv(workdir: Path, *args) -> list[str]:
     ]
 
 
-def snakemake(workdir, *args):
-    return subprocess.run(snakemake_argv(workdir, *args), capture_output=True, text=True)
+def snakemake(workdir, *args, env: dict | None = None):
+    return subprocess.run(snakemake_argv(workdir, *args), capture_output=True, text=True, env=env)
+
+
+def package_copy(dest: Path) -> dict:
+    """A copy of the package under `dest`/src, and the environment that runs Snakemake and its jobs on it: a test that
+    edits the code edits the copy, never the checkout other tests (pytest-xdist workers, background runs) read."""
+    package = dest / "src" / "behaviortrace"
+    shutil.copytree(ROOT / "src" / "behaviortrace", package, ignore=shutil.ignore_patterns("__pycache__"))
+    return {**os.environ, "PYTHONPATH": str(dest / "src")}
 
 
 # Runs started in the background when the tests are collected (tests/background.py), by the fixture that waits for

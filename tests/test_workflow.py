@@ -11,7 +11,7 @@ import polars as pl
 import yaml
 
 from behaviortrace.sketch.store import open_store, read_rows
-from conftest import small_config, snakemake
+from conftest import package_copy, small_config, snakemake
 
 
 def test_every_output_exists_and_is_consistent(finished_run):
@@ -326,20 +326,16 @@ def _jobs_run(log: str) -> list[tuple[str, str]]:
 
 
 def test_adding_one_estimator_runs_only_its_scores_and_updates_the_tables(finished_run, tmp_path):
-    """What docs/estimators.md tells a user to do: one new module and one config entry, then run again."""
-    from behaviortrace.score.contract import module_path
-
+    """What docs/estimators.md tells a user to do: one new module and one config entry, then run again (the module
+    added to a copy of the package)."""
     workdir = tmp_path / "copy"
     shutil.copytree(finished_run[0], workdir, symlinks=True)
     cfg = copy.deepcopy(finished_run[1])
     cfg["estimators"]["adv_norm"] = {"scale": 2.0}
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
-    module = module_path("adv_norm")
-    module.write_text(ADDED_ESTIMATOR)
-    try:
-        res = snakemake(workdir)
-    finally:
-        module.unlink()
+    env = package_copy(tmp_path)
+    (tmp_path / "src" / "behaviortrace" / "estimators" / "adv_norm.py").write_text(ADDED_ESTIMATOR)
+    res = snakemake(workdir, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     jobs = _jobs_run(res.stderr)
     n_runs = len(cfg["seeds"]) + len(cfg["placebo"]["seeds"])
@@ -365,8 +361,9 @@ def test_second_run_has_nothing_to_do(finished_run):
     assert "Nothing to be done" in res.stdout + res.stderr
 
 
-def test_editing_a_shared_estimator_helper_reruns_exactly_the_estimators_that_use_it(finished_run):
-    """The score jobs' code digest covers the project modules an estimator imports, not just its own file."""
+def test_editing_a_shared_estimator_helper_reruns_exactly_the_estimators_that_use_it(finished_run, tmp_path):
+    """The score jobs' code digest covers the project modules an estimator imports, not just its own file (the helper
+    edited in a copy of the package)."""
     from behaviortrace.common.imports import PACKAGE_ROOT
     from behaviortrace.score.contract import dependencies
 
@@ -376,12 +373,10 @@ def test_editing_a_shared_estimator_helper_reruns_exactly_the_estimators_that_us
     users = {e for e, module in modules.items() if helper in dependencies(module)}
     # Not fluency or random; norm_post_clip is an instance of norm.
     assert users == {"adam_tracin", "gas", "norm", "norm_post_clip", "token_alignment", "tracincp", "trak"}
-    original = helper.read_text()
-    helper.write_text(original + "\n# edited by a test\n")
-    try:
-        res = snakemake(workdir, "-n")
-    finally:
-        helper.write_text(original)
+    env = package_copy(tmp_path)
+    edited = tmp_path / "src" / "behaviortrace" / "common" / "vectors.py"
+    edited.write_text(helper.read_text() + "\n# edited by a test\n")
+    res = snakemake(workdir, "-n", env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     log = res.stdout + res.stderr
     rerun = {
