@@ -74,9 +74,11 @@ def score_model_job(
     attempt where a killed one left it); each cell then gets its own ModelRun and scratch folder."""
     # Here, not at the top: the score jobs of this module read sketches and logs only, and importing torch and
     # transformers cost each of them seconds.
+    from behaviortrace.common.job import settle
     from behaviortrace.score.model_run import ModelRun, ModelTarget
 
     params = cfg.estimators[estimator]
+    settle(*contract.Instance.of(estimator, params).requires)  # the estimator's library (kronfluence, bergson, dattri)
     seed_folder = out_rollouts[0].parent
     with scratch_dir(seed_folder / ".scratch-prepared") as scratch:
         prepared = None

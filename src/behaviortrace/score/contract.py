@@ -150,6 +150,11 @@ class Instance:
         """Whether the module has a per-seed `prepare` step."""
         return hasattr(self.module, "prepare")
 
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """The libraries the module imports (module attribute REQUIRES)."""
+        return tuple(getattr(self.module, "REQUIRES", ()))
+
     def source_digest(self) -> str:
         return source_digest(self.module_name)
 
@@ -175,7 +180,7 @@ def check_params(name: str, params: dict) -> list[str]:
     ]
     if hasattr(module, "check") and not problems:  # the module's own checks of its settings' values
         problems += [f"config key estimators.{name}: {p}" for p in module.check(**instance.arguments)]
-    missing = [lib for lib in getattr(module, "REQUIRES", ()) if importlib.util.find_spec(lib) is None]
+    missing = [lib for lib in instance.requires if importlib.util.find_spec(lib) is None]
     if missing:
         problems.append(
             f"config key estimators.{name}: {instance.module_name} needs {', '.join(missing)}, which is not "
