@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 
+from behaviortrace.common.job import MODEL_LIBRARIES, settle
 from behaviortrace.tools.small_runs import default_config, small_config, workflow_config  # noqa: F401 (fixtures' configs)
 from tolerance import install_audit
 
@@ -23,6 +24,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 install_audit()  # BT_TOLERANCE_SCALE: a no-op unless set (tests/tolerance.py)
+# The model libraries' objects out of the garbage collector's passes, as in a job (common/job.py): the peer libraries'
+# gc.collect calls in the tests then cost what they cost in the workflow.
+settle(*MODEL_LIBRARIES)
 
 
 # Modules whose tests compare the floating-point results of two computations (training and its replay, capture

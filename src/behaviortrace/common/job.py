@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 import importlib
+import logging
+import sys
 
 from behaviortrace.common.io import setup_logging
 from behaviortrace.config.sections import Config
@@ -31,5 +33,18 @@ def settle(*libraries: str) -> None:
     over transformers' objects, most of an ekfac score job on the built-in model) then pays for its own objects only.
     Called again after a later import, it settles that one too."""
     for name in libraries:
-        importlib.import_module(name)
+        import_keeping_logs(name)
     gc.freeze()
+
+
+def import_keeping_logs(name: str) -> None:
+    """Import `name` without letting it call logging.basicConfig (bergson calls it with force=True, which would close
+    the job's log file handler and send every later record, errors included, to the console instead)."""
+    if name in sys.modules:
+        return
+    configure = logging.basicConfig
+    logging.basicConfig = lambda **kwargs: None
+    try:
+        importlib.import_module(name)
+    finally:
+        logging.basicConfig = configure
