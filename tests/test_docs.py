@@ -308,6 +308,14 @@ def test_the_readme_links_every_page_under_docs():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 150, "the README should stay short"
 
 
+def test_the_readme_states_the_default_runs_time_from_its_own_page():
+    """The README's cost of the default run is the one docs/results.md (the run's own page) measured."""
+    page = re.search(r"The run took ([0-9.]+) min of wall time", (ROOT / "docs" / "results.md").read_text())
+    readme = re.search(r"the default run took ([0-9.]+) min", (ROOT / "README.md").read_text())
+    assert page and readme, "the README or docs/results.md no longer states the default run's time"
+    assert readme.group(1) == page.group(1), "README.md's time of the default run is not docs/results.md's"
+
+
 @pytest.mark.parametrize("page", DOCS, ids=rel)
 def test_named_paths_exist(page):
     problems = [p for span in code_spans(page.read_text()) for p in path_problems(span, page)]

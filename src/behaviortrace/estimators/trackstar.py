@@ -17,6 +17,7 @@ has no magnitude, so TrackStar ranks rollouts; its sums over a subset (the LDS) 
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 USES_TARGET = True
@@ -184,9 +185,16 @@ def cosines(target, model, modules, pad_id, at, processor, side, n_rows, scratch
 
 
 def _import_bergson() -> None:
-    from behaviortrace.common.job import import_keeping_logs
-
-    import_keeping_logs("bergson")
+    """Imports bergson without its logging.basicConfig(force=True), which would close the job's log file handler
+    and send every later record, errors included, to the console instead."""
+    if "bergson" in sys.modules:
+        return
+    configure = logging.basicConfig
+    logging.basicConfig = lambda **kwargs: None
+    try:
+        import bergson  # noqa: F401
+    finally:
+        logging.basicConfig = configure
 
 
 def _output_hooked():
