@@ -131,7 +131,8 @@ def test_each_rule_logs_its_progress(finished_run):
 
 
 def test_every_job_logs_its_start_up_and_the_page_states_the_run_time(finished_run):
-    """Every job's log opens with its start-up (common/io.py), shorter than the job; the results page's run time
+    """Every job's log opens with its start-up (common/io.py), shorter than the job, and ends with its CPU time and
+    peak memory, which the cost tables read; the results page's run time
     (over the jobs that had ended when its job began) agrees with Snakemake's own record of those jobs' times."""
     import base64
 
@@ -142,6 +143,14 @@ def test_every_job_logs_its_start_up_and_the_page_states_the_run_time(finished_r
     jobs = read_benchmarks(out / "benchmarks")
     assert jobs["startup_s"].null_count() == 0, jobs.filter(pl.col("startup_s").is_null())["job"].to_list()
     assert ((jobs["startup_s"] > 0.05) & (jobs["startup_s"] < jobs["wall_s"] + 0.5)).all()
+    # Every job logged its end: its CPU time and its peak memory, the kernel's, which is at least the largest of
+    # Snakemake's samples of the job's process tree less the shell around it (a few MB).
+    assert (jobs["cpu_source"] == "log").all() and jobs["max_rss_mb"].null_count() == 0
+    for job in jobs.iter_rows(named=True):
+        table = pl.read_csv(out / "benchmarks" / job["job"], separator="\t", null_values=["-", "NA"])
+        sampled = table["max_rss"].max()
+        assert sampled is None or job["max_rss_mb"] >= sampled - 20, (job["job"], job["max_rss_mb"], sampled)
+    assert jobs.filter(pl.col("rule") == "train_grpo")["max_rss_mb"].min() > 200  # it holds the model and TRL
     page_job = jobs.filter(pl.col("rule") == "results_page").row(0, named=True)
     began = page_job["ended"] - page_job["wall_s"]
     seen = jobs.filter(pl.col("ended") < began)
@@ -160,6 +169,18 @@ def test_every_job_logs_its_start_up_and_the_page_states_the_run_time(finished_r
     logged = f"as {seen.height} of {seen.height} jobs logged it) is {startup:.0f} s, {share:.1%} of their summed wall"
     assert logged in page
     assert f"The run took {elapsed / 60:.1f} min of wall time" in page
+
+
+def test_snakemake_still_samples_jobs_through_the_interval_the_workflow_sets():
+    """workflow/rules/common.smk sets the interval of Snakemake's first benchmark samples of a job to its later one
+    (each sample costs Snakemake's process ~20 ms of a model job): the constant must still be the one Snakemake's
+    timer reads, or the setting would silently do nothing after an upgrade."""
+    import inspect
+
+    import snakemake.benchmark as benchmark
+
+    assert "BENCHMARK_INTERVAL_SHORT" in inspect.getsource(benchmark.ScheduledPeriodicTimer._schedule)
+    assert benchmark.BENCHMARK_INTERVAL == 30  # the interval the cost tables' fallback is written for (report/cost.py)
 
 
 def test_the_preflight_refuses_a_model_before_training_and_says_why_where_users_look(tmp_path):

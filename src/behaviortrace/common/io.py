@@ -53,11 +53,14 @@ def scratch_dir(path: Path):
 
 
 # The first and last lines of every job's log; report/cost.py reads their numbers back (a job's fixed cost and its
-# CPU time, on the results page; benchmarks/profile_run.py splits a run's CPU time with them). Snakemake's benchmark
-# file samples a job's CPU time every 30 s after its first 15 s, so it misses up to 30 s of every job: the job's own
-# count at exit does not.
+# CPU time and peak memory, on the results page; benchmarks/profile_run.py splits a run's CPU time with them).
+# Snakemake's benchmark file samples a job every 30 s (workflow/rules/common.smk), so it misses up to 30 s of every
+# job's CPU time and any peak between samples: the job's own count at exit does not.
 STARTUP_LINE = "job started %.2f s after its process, %.2f CPU s (interpreter, Snakemake's script preamble, imports)"
-END_LINE = "job ended %.2f s after its process: %.2f CPU s in all, %.2f of them in child processes"
+END_LINE = (
+    "job ended %.2f s after its process: %.2f CPU s in all, %.2f of them in child processes; peak resident memory "
+    "%.0f MB"
+)
 
 
 def process_age() -> float | None:
@@ -98,7 +101,14 @@ def setup_logging(log_file: str | None) -> logging.Logger:
 
 def _log_end(logger: logging.Logger) -> None:
     own, children = cpu_seconds()
-    logger.info(END_LINE, process_age() or 0.0, own + children, children)
+    logger.info(END_LINE, process_age() or 0.0, own + children, children, peak_rss_mb())
+
+
+def peak_rss_mb() -> float:
+    """The largest resident memory of this process, or of one of its ended child processes, in MB: the kernel's
+    exact peak, where Snakemake's benchmark file has the largest of its samples."""
+    peak_kb = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return peak_kb / 1024
 
 
 def _log_failure(kind, value, traceback) -> None:

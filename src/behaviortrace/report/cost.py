@@ -30,14 +30,17 @@ def _rss(value: str | None) -> float | None:
 # The numbers of STARTUP_LINE and END_LINE (common/io.py). A job of a version before the CPU count logged its start-up
 # alone ("job started 1.23 s after its process (...)"): read too, so that older runs still compare.
 _STARTUP = re.compile(r"job started ([0-9.]+) s after its process(?:, ([0-9.]+) CPU s)?")
-_END = re.compile(r"job ended ([0-9.]+) s after its process: ([0-9.]+) CPU s in all, ([0-9.]+) of them in child")
+_END = re.compile(
+    r"job ended ([0-9.]+) s after its process: ([0-9.]+) CPU s in all, ([0-9.]+) of them in child processes"
+    r"(?:; peak resident memory ([0-9.]+) MB)?"
+)
 
 
 def logged_times(log: Path) -> dict:
     """What a job logged of its own times (common/io.py): start-up seconds and the CPU seconds spent in them, and
-    its CPU seconds in all (children included) at exit; None for what its log lacks (a job of an older version,
-    or one killed before it ended)."""
-    found = {"startup_s": None, "startup_cpu_s": None, "logged_cpu_s": None}
+    its CPU seconds in all (children included) and its peak resident memory at exit; None for what its log lacks (a
+    job of an older version, or one killed before it ended)."""
+    found = {"startup_s": None, "startup_cpu_s": None, "logged_cpu_s": None, "logged_rss_mb": None}
     try:
         with open(log, "rb") as f:
             head = f.read(4096).decode(errors="replace")
@@ -49,6 +52,7 @@ def logged_times(log: Path) -> dict:
         found.update(startup_s=float(start[1]), startup_cpu_s=None if start[2] is None else float(start[2]))
     if ends := _END.findall(tail):
         found["logged_cpu_s"] = float(ends[-1][1])
+        found["logged_rss_mb"] = float(ends[-1][3]) if ends[-1][3] else None
     return found
 
 
@@ -58,7 +62,8 @@ def read_benchmarks(folder: Path) -> pl.DataFrame:
     benchmark file's time).
 
     CPU seconds are the job's own count at exit where its log has it (`cpu_source` "log"); else Snakemake's last
-    sample ("sampled"), which misses what the job did after it: up to 30 s per job."""
+    sample ("sampled"), which misses what the job did after it: up to 30 s per job. Peak RSS likewise: the job's own
+    peak where logged, else the largest of Snakemake's samples."""
     rows = []
     logs = folder.parent / "logs"
     for path in sorted(folder.rglob("*.tsv")):
@@ -68,7 +73,7 @@ def read_benchmarks(folder: Path) -> pl.DataFrame:
         last = table.row(-1, named=True)  # one row per repeat; jobs here run once
         times = logged_times(logs / job.with_suffix(".log"))
         sampled = float(last["cpu_time"]) if last.get("cpu_time") not in (None, "") else None
-        logged = times.pop("logged_cpu_s")
+        logged, logged_rss = times.pop("logged_cpu_s"), times.pop("logged_rss_mb")
         rows.append(
             {
                 "rule": rule,
@@ -77,14 +82,15 @@ def read_benchmarks(folder: Path) -> pl.DataFrame:
                 **times,
                 "cpu_s": sampled if logged is None else logged,
                 "cpu_source": "sampled" if logged is None else "log",
-                "max_rss_mb": _rss(last.get("max_rss")),
+                "max_rss_mb": _rss(last.get("max_rss")) if logged_rss is None else logged_rss,
                 "ended": path.stat().st_mtime,
             }
         )
     if not rows:
         raise FileNotFoundError(f"no benchmark files under {folder}; run the workflow first")
     return pl.DataFrame(
-        rows, schema_overrides={"startup_s": pl.Float64, "startup_cpu_s": pl.Float64, "cpu_s": pl.Float64}
+        rows,
+        schema_overrides={name: pl.Float64 for name in ("startup_s", "startup_cpu_s", "cpu_s", "max_rss_mb")},
     )
 
 

@@ -119,9 +119,9 @@ def results_page(
         "## What each rule cost\n",
         f"The run took {elapsed_seconds(jobs) / 60:.1f} min of wall time, from its first job's start to the end of the "
         "last job before this page (a run resumed later counts the time between). " + startup_sentence(jobs) + "\n",
-        "Summed over jobs (jobs side by side on several cores add up): wall time and peak memory from Snakemake's "
-        "benchmark files, CPU time from each job's own count at its end (its log's last line; Snakemake's benchmark "
-        "file samples it every 30 s after a job's first 15 s).\n",
+        "Summed over jobs (jobs side by side on several cores add up): wall time from Snakemake's benchmark files, CPU "
+        "time and peak memory from each job's own count at its end (its log's last line; Snakemake's benchmark file "
+        "samples a job every 30 s).\n",
         cost_markdown(cost),
         "Per estimator instance: its preparation and score jobs over every seed, draw and target, what rerunning it "
         "alone costs.\n",

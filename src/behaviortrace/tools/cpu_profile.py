@@ -7,7 +7,7 @@ compares two commits' splits.
 
 "launchers" is every process of the tree outside Snakemake and the jobs' own Python: the shell Snakemake starts each
 job's script in, and a job killed before it logged its end (or one of a version that did not log it, whose CPU
-Snakemake's benchmark file undercounts: it samples every 30 s after a job's first 15 s)."""
+Snakemake's benchmark file undercounts: it samples every 30 s)."""
 
 from __future__ import annotations
 
