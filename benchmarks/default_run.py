@@ -28,10 +28,9 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-import yaml
 
 from behaviortrace.report.cost import read_benchmarks
-from behaviortrace.tools.cpu_profile import launch, per_rule, split
+from behaviortrace.tools.cpu_profile import launch, per_rule, run_name, split
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,7 +117,7 @@ def main() -> None:
         same, diff = results_differences(*args.results)
         print(f"{same} Parquet files equal" + ("; identical" if not diff else "; differ:\n  " + "\n  ".join(diff)))
         return
-    run = yaml.safe_load(args.configfile.read_text()).get("run", "default") if args.configfile else "default"
+    run = run_name(args.configfile)
     scratch = Path(tempfile.mkdtemp(dir=args.keep))
     try:
         records, runs = {}, {}

@@ -18,10 +18,9 @@ import os
 from pathlib import Path
 
 import polars as pl
-import yaml
 
 from behaviortrace.report.cost import read_benchmarks
-from behaviortrace.tools.cpu_profile import RECORD, launch, per_rule, split
+from behaviortrace.tools.cpu_profile import RECORD, launch, per_rule, run_name, split
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,12 +63,7 @@ def main() -> None:
     ap.add_argument("--configfile", type=Path, help="a config merged over config/config.yaml, as a user passes one")
     ap.add_argument("--markdown", help="also write the tables here")
     args = ap.parse_args()
-    run = (
-        args.run or (yaml.safe_load(args.configfile.read_text()) or {}).get("run", "default")
-        if args.configfile
-        else (args.run or "default")
-    )
-    folder = args.results / run
+    folder = args.results / (args.run or run_name(args.configfile))
     record = launch(args.cores, args.configfile, folder / RECORD) if args.launch else None
     if record is None and (folder / RECORD).exists():
         record = json.loads((folder / RECORD).read_text())

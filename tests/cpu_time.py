@@ -6,16 +6,16 @@ its own tests and sends them to the controller, which prints."""
 
 from __future__ import annotations
 
-import resource
 import time
 from pathlib import Path
 
 import pytest
 
+from behaviortrace.common.io import cpu_seconds
+
 
 def _cpu() -> float:
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return sum(cpu_seconds())
 
 
 def pytest_addoption(parser):

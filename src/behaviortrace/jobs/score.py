@@ -78,11 +78,12 @@ def score_model_job(
     from behaviortrace.score.model_run import ModelRun, ModelTarget
 
     params = cfg.estimators[estimator]
-    settle(*contract.Instance.of(estimator, params).requires)  # the estimator's library (kronfluence, bergson, dattri)
+    instance = contract.Instance.of(estimator, params)
+    settle(*instance.requires)  # the estimator's library (kronfluence, bergson, dattri)
     seed_folder = out_rollouts[0].parent
     with scratch_dir(seed_folder / ".scratch-prepared") as scratch:
         prepared = None
-        if contract.Instance.of(estimator, params).prepares:
+        if instance.prepares:
             started = time.time()
             run = ModelRun(cfg, rollouts, checkpoints, base_model, scratch)
             prepared = contract.prepare_model(estimator, params, run, scratch / "prepared")

@@ -12,14 +12,15 @@ Snakemake's benchmark file undercounts: it samples every 30 s)."""
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import polars as pl
+import yaml
 
+from behaviortrace.common.io import cpu_seconds
 from behaviortrace.tools.checkout import checkout
 
 RECORD = "cpu_profile.json"
@@ -39,9 +40,9 @@ main()
 """
 
 
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def run_name(configfile: Path | None) -> str:
+    """The `run` a config file merged over config/config.yaml names (the default's: "default")."""
+    return (yaml.safe_load(Path(configfile).read_text()) or {}).get("run", "default") if configfile else "default"
 
 
 def launch(cores: int, configfile: Path | None, out: Path, cwd: Path | None = None) -> dict:
@@ -50,10 +51,10 @@ def launch(cores: int, configfile: Path | None, out: Path, cwd: Path | None = No
     more = ["--configfile", str(Path(configfile).resolve())] if configfile else []
     own = Path(out).with_suffix(".snakemake.json")
     own.parent.mkdir(parents=True, exist_ok=True)
-    before, started = children_cpu(), time.perf_counter()
+    before, started = cpu_seconds()[1], time.perf_counter()
     argv = [sys.executable, "-c", WRAPPER, str(own.resolve()), "--cores", str(cores), *more]
     done = subprocess.run(argv, cwd=cwd or checkout())
-    record = {"wall_s": time.perf_counter() - started, "total_cpu_s": children_cpu() - before}
+    record = {"wall_s": time.perf_counter() - started, "total_cpu_s": cpu_seconds()[1] - before}
     if done.returncode:
         sys.exit(f"the run failed (exit {done.returncode}); nothing recorded")
     record.update(json.loads(own.read_text()), cores=cores, configfile=str(configfile) if configfile else None)
