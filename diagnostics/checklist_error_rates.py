@@ -38,7 +38,7 @@ def run_sizes(run: Path) -> Sizes:
         paired_cells=seeds * draws,
         placebo_cells=max(placebo * draws, 1),
         replay_cells=seeds * len(cfg["replay"]["removal_percent"]),
-        family=max(int(checklist["family"]["method_cells"]), 1),
+        family=max(int(checklist["family"]["method_tests"]), 1),
         boot=cfg["evaluation"]["bootstrap"],
         repeats=cfg["replay"]["random_repeats"],
         alpha=cfg["checklist"]["alpha"],

@@ -99,22 +99,59 @@ def test_beats_fluency():
     assert _beats(cells, "negative", ["fluency"], comparisons, two_sided=True).verdict == C.FAIL
 
 
-def test_beats_log_only():
-    """Beating every log-only control, not only the strongest by point; a control at the metric's ceiling makes
-    the item n/a with its reason: nothing can beat a perfect look-up."""
-    cells = Cells().add("faithful", "in_context", "rollout", "within_group_auc", 0.9)
-    cells.add("negative", "in_context", "rollout", "within_group_auc", 0.6)
-    cells.add("reward", "none", "rollout", "within_group_auc", 0.75).add(
-        "advantage", "none", "rollout", "within_group_auc", 0.7
+def _dense(rows_by_estimator: dict, exact_lds_low: float = 0.8) -> pl.DataFrame:
+    """Influence-table rows of the dense endpoint (per estimator: agreement, its margin over the strongest log-only
+    control and over random, each (value, low, high)) and I's own LDS at both levels."""
+    out = []
+    for est, values in rows_by_estimator.items():
+        target = "none" if est in ("reward", "random") else "forced"
+        for level in C.DENSE.values():
+            for metric, triple in zip(("spearman", "over_log_only", "over_random"), values, strict=False):
+                for end, value in zip(("", "_low", "_high"), triple, strict=True):
+                    out.append({"arm": "planted", "seed": None, "draw": None, "estimator": est, "target": target,
+                                "level": level, "stratum": "all", "metric": f"{metric}{end}", "value": value,
+                                "n": 2560, "removal_percent": None})  # fmt: skip
+    lds = _lds("rollout", {"influence": (0.9, exact_lds_low, 0.95)}).vstack(
+        _lds("group", {"influence": (0.9, exact_lds_low, 0.95)})
     )
-    comparison = [("rollout", "within_group_auc", "all")]
-    assert _beats(cells, "faithful", ["reward", "advantage"], comparison).verdict == C.PASS
-    assert _beats(cells, "negative", ["reward", "advantage"], comparison).verdict == C.FAIL
-    perfect = Cells().add("faithful", "in_context", "rollout", "within_group_auc", 0.9)
-    perfect.rows += [{**r, "estimator": "reward", "target": "none", "value": 1.0} for r in perfect.rows]
-    perfect.replicates += [{**r, "estimator": "reward", "target": "none"} for r in perfect.replicates]
-    got = _beats(perfect, "faithful", ["reward"], comparison)
-    assert got.verdict == C.NA and "reward at the ceiling (1.000)" in got.detail
+    return pl.concat([lds, pl.DataFrame(out, schema=lds.schema)])
+
+
+def test_beats_log_only():
+    """Judged on the dense endpoint (agreement with I over every rollout and group), never on the label's metrics:
+    a method well above the strongest log-only control and random passes, one below it fails, and where I's own
+    LDS does not clear the threshold the item cannot judge (inconclusive, not n/a)."""
+    rows = {
+        "faithful": ((0.7, 0.67, 0.73), (0.25, 0.2, 0.3), (0.7, 0.65, 0.75)),
+        "negative": ((0.2, 0.17, 0.23), (-0.25, -0.3, -0.2), (0.2, 0.15, 0.25)),
+        "reward": ((0.45, 0.42, 0.48), (None, None, None), (0.45, 0.4, 0.5)),
+    }
+    rows["reward"] = rows["reward"][:1] + rows["reward"][2:]  # a log-only control has no margin over itself
+    table = _dense({k: v for k, v in rows.items() if k != "reward"})
+    got = C.beats_log_only(table, "faithful", ["reward"], CFG)
+    assert got.verdict == C.PASS and got.numbers["tests"] == 4, got
+    assert C.beats_log_only(table, "negative", ["reward"], CFG).verdict == C.FAIL
+    assert C.beats_log_only(table, "reward", ["reward"], CFG).verdict == C.NA
+    unfaithful = _dense({k: v for k, v in rows.items() if k != "reward"}, exact_lds_low=0.3)
+    got = C.beats_log_only(unfaithful, "negative", ["reward"], CFG)
+    assert got.verdict == C.INCONCLUSIVE and "not judged: I's LDS" in got.detail
+
+
+def test_a_pass_that_a_log_only_control_also_earns_is_counted_apart():
+    """Of two method passes, the one on an item that the reward look-up passes too is not a pass of the headline."""
+    passed, failed = C.Verdict(C.PASS, "x"), C.Verdict(C.FAIL, "x")
+    rows = {
+        "method": {item: passed for item in C.ITEMS},
+        "reward": {item: passed if item == "beats_norm_step" else failed for item in C.ITEMS},
+    }
+    run = {item: passed for item in C.RUN_ITEMS}
+    roles, positive = {"method": C.METHOD, "reward": C.CONTROL}, dict.fromkeys(C.ITEMS, "method")
+    result = C.Result(run, rows, roles, V.PER_CELL, positive, log_only=["reward"])
+    tally = C.counts(result)
+    assert tally[C.PASS] == len(C.ITEMS) - 1 and tally[C.LOG_TOO] == 1
+    page = C.to_markdown(result, CFG, "t")
+    assert f"{len(C.ITEMS) - 1} pass, 1 pass that a log-only control passes too" in page
+    assert "| method | method | pass, log too |" in page
 
 
 def _resid(est, value, low, high):
@@ -216,12 +253,22 @@ def _replay(changes: dict, reps: int):
 
 
 def test_replay_beats_random():
-    """FAIL needs the set above every random set where that is rare enough: 40 random sets reach 1/41."""
+    """FAIL needs the set above every random set where that is rare enough: 40 random sets reach 1/41 in one
+    cell; three random sets never do in one cell (1/4), but do in six cells together (1/4^6 = 2.4e-4, within the
+    share of alpha of six tests in a family of 500)."""
     s = _replay({"faithful": -0.6, "negative": 0.1}, reps=40)
     assert C.replay_beats_random(s, "faithful").verdict == C.PASS
     assert C.replay_beats_random(s, "negative").verdict == C.FAIL
     few = _replay({"negative": 0.1}, reps=3)  # 1/4 is never rare enough: no evidence either way
     assert C.replay_beats_random(few, "negative").verdict == C.INCONCLUSIVE
+    six = pl.concat(
+        [_replay({"negative": 0.1}, reps=3).with_columns(seed=pl.lit(seed), removal_percent=pl.lit(pct))
+         for seed in SEEDS for pct in (50, 100)]
+    )  # fmt: skip
+    family = V.Family(0.05, 500)
+    got = C.replay_beats_random(six, "negative", family)
+    assert got.verdict == C.FAIL and "2.4e-04" in got.detail, got.detail
+    assert C.replay_beats_random(six.filter(pl.col("seed") == 0), "negative", family).verdict == C.INCONCLUSIVE
 
 
 def test_tracks_effect():
@@ -268,13 +315,22 @@ def test_lds_items(item):
     assert C.lds_item(table, "influence", level, ["reward"], CFG).verdict == C.PASS
     assert C.lds_item(table, "faithful", level, ["reward"], CFG).verdict == C.PASS
     assert C.lds_item(table, "negative", level, ["reward"], CFG).verdict == C.FAIL
-    shut = table.with_columns(
+    # The gate is I's threshold alone: its margin over the log-only controls is no property of the cell.
+    behind = table.with_columns(
         value=pl.when((pl.col("estimator") == "influence") & (pl.col("metric") == "lds_over_log_only_low"))
         .then(-0.1)
         .otherwise(pl.col("value"))
     )
+    assert C.lds_item(behind, "faithful", level, ["reward"], CFG).verdict == C.PASS
+    shut = table.with_columns(
+        value=pl.when((pl.col("estimator") == "influence") & (pl.col("metric") == "lds_low"))
+        .then(0.3)
+        .otherwise(pl.col("value"))
+    )
     got = C.lds_item(shut, "faithful", level, ["reward"], CFG)
-    assert got.verdict == C.NA and "the exact influence itself does not pass" in got.detail
+    assert got.verdict == C.INCONCLUSIVE and "does not reach the threshold" in got.detail  # cells exist: never n/a
+    got = C.lds_item(table, "faithful", level, ["reward"], CFG)
+    assert got.numbers["tests"] == 2 * got.numbers["cells"]  # the threshold and the margin: two tests per cell
 
 
 def test_an_unpowered_datamodel_is_no_row():
@@ -302,6 +358,16 @@ def test_every_method_item_has_a_test_here():
     for item in C.ITEMS:
         test = C.POSITIVE_CONTROL_TESTS[item].split("::")[1]
         assert test in names or (item in C.LDS_ITEMS and "test_lds_items" in names), item
+
+
+def test_the_family_counts_tests_not_cells():
+    """A cell compared with two controls holds two tests of FAIL's family."""
+    cells = Cells().add("faithful", "in_context", "rollout", "within_group_auc", 0.9)
+    cells.add("reward", "none", "rollout", "within_group_auc", 0.75).add(
+        "advantage", "none", "rollout", "within_group_auc", 0.7
+    )
+    got = _beats(cells, "faithful", ["reward", "advantage"], [("rollout", "within_group_auc", "all")])
+    assert got.numbers["cells"] == len(SEEDS) * len(DRAWS) and got.numbers["tests"] == 2 * got.numbers["cells"]
 
 
 def test_fail_is_controlled_over_the_family():

@@ -4,6 +4,7 @@ rollout logs and metrics of a real workflow run (the `finished_run` fixture)."""
 import copy
 import math
 import statistics
+from collections import Counter
 
 import numpy as np
 import polars as pl
@@ -323,54 +324,74 @@ def _replicates(out, row):
     return np.asarray(hit["replicates"], float)
 
 
-def test_beats_log_only_verdict_recomputed(metrics, finished_run):
-    """Item beats_log_only from the metrics and the evaluate jobs' replicates with plain loops: in every cell, the
-    estimator's paired difference with every log-only control (at step level both step variants) above 0 to pass;
-    a difference whose interval, widened to the checklist's family-wise level, lies below 0 fails; a cell where a
-    log-only control sits at the metric's ceiling is not judged."""
+def _dense_by_hand(out, cfg, estimator, target, level) -> float:
+    """The dense endpoint's point value with scipy: per planted seed and draw, the Spearman correlation of the
+    rollouts' scores (at group level: summed per prompt group) with I before T, averaged."""
+    import json
+
+    from scipy.stats import spearmanr
+
+    values = []
+    for seed in cfg["seeds"]:
+        summary = json.loads((out / f"planted{seed}" / "influence" / "summary.json").read_text())
+        column = {"advantages": "influence_advantages", "held": "influence_held"}[summary["semantics"]]
+        infl = pl.read_parquet(out / f"planted{seed}" / "influence" / "rollouts.parquet").select("rollout_id", column)
+        log = pl.read_parquet(out / f"planted{seed}" / "rollouts.parquet").select("rollout_id", "step", "group_id")
+        for draw in range(cfg["targets"]["draws"]) if target != "none" else [0]:
+            scores = pl.read_parquet(out / f"planted{seed}" / "scores" / estimator / f"draw{draw}_{target}.parquet")
+            both = infl.join(log, on="rollout_id").join(scores.select("rollout_id", "score"), on="rollout_id")
+            if level == "group_dense":
+                both = both.group_by("step", "group_id").agg(pl.col(column).sum(), pl.col("score").sum())
+            values.append(spearmanr(both["score"].to_numpy(), both[column].to_numpy())[0])
+    return float(np.mean(values))
+
+
+def test_beats_log_only_verdict_recomputed(finished_run):
+    """Item beats_log_only from the dense endpoint: its pooled agreement with I recomputed with scipy from the
+    per-seed files, and the verdict by the item's rule from the table's margins (over the strongest log-only
+    control and over random, above 0 at every level to pass, a widened one below 0 to fail), judged at a level only
+    where I's LDS there clears the threshold on every seed at the smallest subset size."""
     import json
 
     out = finished_run[0] / "results" / "wf"
+    cfg = finished_run[1]
     checklist = json.loads((out / "checklist.json").read_text())
     z = checklist["family"]["z"]
-    cfg = finished_run[1]["checklist"]
-    for estimator, target in (("gas", "in_context"), ("trak", "in_context")):
-        beaten, below, judged = [], [], 0
-        for level, metric in (("step", cfg["step_metric"]), ("rollout", cfg["rollout_metric"])):
-            own = cell_rows(metrics, arm="planted", estimator=estimator, target=target, level=level, stratum="all")
-            for r in cell_rows(own, metric=metric).iter_rows(named=True):
-                controls = [
-                    c
-                    for c in metrics.iter_rows(named=True)
-                    if c["arm"] == "planted"
-                    and c["estimator"] in LOG_ONLY
-                    and c["stratum"] == "all"
-                    and c["metric"] == metric
-                    and c["level"] in (("step", "step_summed") if level == "step" else (level,))
-                    and (c["seed"], c["draw"]) == (r["seed"], r["draw"])
-                ]
-                ceiling = {
-                    (c["estimator"], c["level"]): c["value"]
-                    for c in metrics.iter_rows(named=True)
-                    if c["metric"] == "ceiling_lift" and c["arm"] == "planted" and c["stratum"] == "all"
-                    and (c["seed"], c["draw"]) == (r["seed"], r["draw"])
-                }  # fmt: skip
-                top = [ceiling.get((c["estimator"], c["level"]), 1.0) if metric == "lift" else 1.0 for c in controls]
-                if any(c["value"] >= t - 1e-12 for c, t in zip(controls, top, strict=True)):
-                    continue  # no method can beat a control at the ceiling
-                judged += 1
-                mine, cells = _replicates(out, r), []
-                for c in controls:
-                    diff = mine - _replicates(out, c)
-                    low, high = np.percentile(diff[np.isfinite(diff)], [2.5, 97.5])
-                    point = r["value"] - c["value"]
-                    cells.append((low > 0, point + (high - point) * z / 1.959963984540054 < 0))
-                beaten.append(all(p for p, _ in cells))
-                below.append(any(f for _, f in cells))
-        expected = "fail" if any(below) else "pass" if beaten and all(beaten) else "inconclusive" if beaten else "n/a"
-        assert checklist["estimators"][estimator]["beats_log_only"]["verdict"] == expected, estimator
-    for name in LOG_ONLY:
-        assert checklist["estimators"][name]["beats_log_only"]["verdict"] == "n/a"
+    table = pl.read_parquet(out / "tables" / "influence.parquet").filter(
+        pl.col("semantics").is_null() | (pl.col("semantics") == cfg["influence"]["semantics"])
+    )
+    target = cfg["checklist"]["effect_target_kind"]
+    verdicts = Counter()
+    for estimator in ("gas", "trak", "tracincp", "behavior_advantage", "reward", "random"):
+        own_target = "none" if estimator in LOG_ONLY or estimator == "random" else target
+        rows = {
+            (r["level"], r["metric"]): r["value"]
+            for r in table.filter((pl.col("estimator") == estimator) & (pl.col("target") == own_target))
+            .filter(pl.col("level").str.ends_with("_dense"))
+            .iter_rows(named=True)
+        }
+        passes, fails = [], []
+        for level in ("rollout_dense", "group_dense"):
+            by_hand = _dense_by_hand(out, cfg, estimator, own_target, level)
+            assert rows[(level, "spearman")] == pytest.approx(by_hand, abs=1e-9), (estimator, level)
+            lds = table.filter(
+                (pl.col("estimator") == "influence")
+                & (pl.col("level") == level.replace("_dense", "_subset"))
+                & (pl.col("metric") == "lds_low")
+            )
+            smallest = lds.filter(pl.col("removal_percent") == lds["removal_percent"].min())
+            faithful = bool((smallest["value"] >= cfg["checklist"]["min_lds"]).all())
+            margins = [(rows[(level, m)], rows[(level, f"{m}_low")], rows[(level, f"{m}_high")])
+                       for m in ("over_log_only", "over_random") if (level, m) in rows]  # fmt: skip
+            passes.append(faithful and all(low > 0 for _, low, _ in margins))
+            fails.append(faithful and any(v + (hi - v) * z / 1.959963984540054 < 0 for v, _, hi in margins))
+        expected = "fail" if any(fails) else "pass" if all(passes) else "inconclusive"
+        if estimator in LOG_ONLY:
+            expected = "n/a"
+        got = checklist["estimators"][estimator]["beats_log_only"]["verdict"]
+        assert got == expected, (estimator, checklist["estimators"][estimator]["beats_log_only"]["detail"])
+        verdicts[got] += 1
+    assert verdicts["n/a"] == 2 and verdicts["n/a"] < sum(verdicts.values())
 
 
 def test_step_precision_at_paid_steps_matches_brute_force(medium):

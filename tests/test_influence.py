@@ -812,3 +812,55 @@ def test_the_datamodel_bootstrap_is_each_resample_scored_alone():
         found = within_fold_samples(predicted, changes, 300, m)
         assert found.tobytes() == one_at_a_time(predicted, changes, 300, m).tobytes()
         assert np.isnan(found).all() == constant
+
+
+def test_the_dense_bootstrap_ranks_a_resample_as_laying_out_its_draws_would():
+    """The dense endpoint's resampled Spearman correlations (counts accumulated along each row's order, sorted
+    once) against scipy on the drawn groups' rollouts laid out one by one, with ties in the scores (a log-only
+    control of few values) and in I."""
+    from scipy.stats import spearmanr
+
+    from behaviortrace.influence.dense import _Weighted
+
+    rng = np.random.default_rng(3)
+    groups = np.repeat(np.arange(40), 8)
+    infl = np.round(rng.normal(size=groups.size), 1)
+    values = np.stack([infl + rng.normal(0, 0.5, groups.size), rng.integers(0, 3, groups.size).astype(float)])
+    weighted = _Weighted(infl, values)
+    for _ in range(5):
+        chosen = rng.integers(0, 40, 40)
+        index = np.concatenate([np.flatnonzero(groups == g) for g in chosen])
+        counts = np.bincount(chosen, minlength=40)[groups].astype(float)
+        expected = [spearmanr(v[index], infl[index])[0] for v in values]
+        assert weighted.spearman(counts) == pytest.approx(expected, abs=1e-12)
+
+
+def test_the_dense_endpoint_pools_seeds_and_draws_and_pairs_its_margins():
+    """The point value is the mean over seeds and draws of scipy's Spearman (at group level of the groups' sums);
+    a method that tracks I beats a log-only control that tracks it less and random, on paired resamples; the log-only
+    control itself gets no margin over itself."""
+    from scipy.stats import spearmanr
+
+    from behaviortrace.influence.dense import DenseSeed, dense
+
+    rng = np.random.default_rng(4)
+    seeds = []
+    for s in range(3):
+        groups = np.repeat(np.arange(30), 8)
+        infl = rng.normal(size=groups.size)
+        scores = {(d, "method", "forced"): infl + rng.normal(0, 0.5, groups.size) for d in (0, 1)}
+        scores[(None, "reward", "none")] = infl + rng.normal(0, 2.0, groups.size)
+        scores[(None, "random", "none")] = rng.normal(size=groups.size)
+        seeds.append(DenseSeed(s, groups, infl, scores))
+    rows = {r["estimator"]: r for r in dense(seeds, "rollout_dense", ("reward",), 200, 0)}
+    by_hand = np.mean([spearmanr(sd.scores[(d, "method", "forced")], sd.influence)[0] for sd in seeds for d in (0, 1)])
+    assert rows["method"]["spearman"] == pytest.approx(by_hand, abs=1e-12)
+    assert rows["method"]["over_log_only_low"] > 0 and rows["method"]["over_random_low"] > 0
+    assert "over_log_only" not in rows["reward"] and rows["random"]["over_log_only_high"] < 0
+    groups_rows = {r["estimator"]: r for r in dense(seeds, "group_dense", ("reward",), 200, 0)}
+    summed = [
+        spearmanr(np.bincount(sd.groups, sd.scores[(None, "reward", "none")]), np.bincount(sd.groups, sd.influence))[0]
+        for sd in seeds
+    ]
+    assert groups_rows["reward"]["spearman"] == pytest.approx(np.mean(summed), abs=1e-9)
+    assert groups_rows["method"]["n"] == 90 and rows["method"]["n"] == 720

@@ -563,7 +563,7 @@ class Checklist:
     )
     alpha: float = key(
         0.05,
-        "family-wise error of FAIL over the checklist's method cells, and of the run's random-control item (Holm)",
+        "family-wise error of FAIL over the checklist's method tests, and of the run's random-control item (Holm)",
         exclusiveMinimum=0,
         exclusiveMaximum=1,
     )

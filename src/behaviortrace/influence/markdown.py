@@ -303,9 +303,36 @@ def coupling_sections(table: pl.DataFrame, top: pl.DataFrame, arms_seeds: list, 
     return parts
 
 
+def dense_section(pooled: pl.DataFrame) -> list[str]:
+    """The dense endpoint (influence/dense.py): each row's agreement with I over every rollout and group before T,
+    pooled over planted seeds and draws, with its margins over the strongest log-only control and over random."""
+    if not pooled.height:
+        return []
+    levels = [lv for lv in ("rollout_dense", "group_dense") if pooled.filter(pl.col("level") == lv).height]
+    heads, rows = ["estimator"], []
+    for lv in levels:
+        unit = lv.removesuffix("_dense")
+        heads += [f"{unit}s: agreement", "over log-only", "over random"]
+    for e, t in _keys(pooled):
+        line = [_name(e, t)]
+        for lv in levels:
+            line += [_with_interval(pooled, m, estimator=e, target=t, level=lv)
+                     for m in ("spearman", "over_log_only", "over_random")]  # fmt: skip
+        rows.append(line)
+    return [
+        "## The dense endpoint\n",
+        "Spearman of each row's scores with I over every rollout before T, and of the scores summed per prompt group "
+        "with I summed per group, averaged over planted seeds and draws; 95% intervals from a bootstrap over seeds, "
+        "then groups; margins over the strongest log-only control and over random on the same resamples.\n",
+        markdown_table(heads, rows),
+    ]
+
+
 def to_markdown(table: pl.DataFrame, top: pl.DataFrame, semantics: str) -> str:
     """The page, its sections under the configured meaning of removal (`semantics`) but the last."""
     whole, table = table, of_semantics(table, semantics)
+    pooled = table.filter(pl.col("seed").is_null())  # the dense endpoint, over every planted seed
+    whole, table = whole.filter(pl.col("seed").is_not_null()), table.filter(pl.col("seed").is_not_null())
     arms_seeds = table.select("arm", "seed").unique().sort("arm", "seed", descending=[True, False]).rows()
     heads = [f"{arm} {seed}" for arm, seed in arms_seeds]
     parts = [
@@ -334,6 +361,7 @@ def to_markdown(table: pl.DataFrame, top: pl.DataFrame, semantics: str) -> str:
     ]
     parts.append(markdown_table(["check", *heads], rows))
     parts += agreement(table)
+    parts += dense_section(pooled)
 
     parts.append("## Who tracks the exact influence\n")
     parts.append("Spearman of rollout scores with I (all rollouts before T).\n")

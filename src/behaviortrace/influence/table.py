@@ -68,6 +68,8 @@ from behaviortrace.common.seeds import cell_seed
 from behaviortrace.evaluate import correlation
 from behaviortrace.evaluate.cells import with_labels
 from behaviortrace.influence.datamodel import cross_fitted, expected_lds, within_fold_lds, within_fold_samples
+from behaviortrace.influence.dense import LEVELS as DENSE_LEVELS
+from behaviortrace.influence.dense import DenseSeed, dense
 from behaviortrace.influence.lds import Resamples, interval, predicted_changes
 from behaviortrace.influence.sets import SEMANTICS
 
@@ -503,8 +505,48 @@ def check_rows(arm: str, seed: int, checks: pl.DataFrame, summary: dict) -> list
     return out
 
 
+def dense_seed(inputs: SeedInputs) -> DenseSeed:
+    """One planted seed's rollouts before T for the dense endpoint: their groups, I under the configured meaning
+    of removal, and every score file's scores on them."""
+    summary = json.loads(Path(inputs.summary).read_text())
+    influence = pl.read_parquet(inputs.influence).sort("rollout_id")
+    log = pl.read_parquet(inputs.rollouts).sort("rollout_id")
+    before = log.filter(pl.col("step") < summary["end"])
+    groups = before.select(pl.struct("step", "group_id").rank("dense") - 1)
+    everyone = log["rollout_id"].to_numpy()
+    at = np.searchsorted(everyone, before["rollout_id"].to_numpy())
+    scores = {}
+    for (draw, estimator, target), (roll, _) in sorted(inputs.scores.items(), key=lambda kv: str(kv[0])):
+        values = pl.read_parquet(roll).sort("rollout_id")["score"].to_numpy()[at]
+        if not any(e == estimator and t == target and np.array_equal(v, values) for (_, e, t), v in scores.items()):
+            scores[(draw, estimator, target)] = values  # a score the same on every draw (a log-only one) counts once
+    references = {"label": with_labels(before, placebo=False)["label"].to_numpy().astype(float),
+                  "earlier": -before["step"].to_numpy().astype(float)}  # fmt: skip
+    scores |= {(None, name, "none"): values for name, values in references.items()}
+    values = influence[SEMANTIC_COLUMNS[summary["semantics"]]].to_numpy()
+    return DenseSeed(inputs.seed, groups.to_series().to_numpy().astype(np.int64), values, scores)
+
+
+def dense_table(inputs: list[SeedInputs], settings: LdsSettings) -> pl.DataFrame:
+    """The dense endpoint (influence/dense.py) of the planted seeds, under the configured meaning of removal:
+    seed and draw empty (pooled over both), one row per estimator, target, level and metric."""
+    planted = [i for i in inputs if i.arm == "planted"]
+    if not planted:
+        return pl.DataFrame(schema=COLUMNS)
+    (semantics,) = {json.loads(Path(i.summary).read_text())["semantics"] for i in planted}
+    seeds = [dense_seed(i) for i in planted]
+    rows = []
+    for level in DENSE_LEVELS:
+        for found in dense(seeds, level, settings.log_only, settings.bootstrap, settings.seed):
+            key = ("planted", None, None, found.pop("estimator"), found.pop("target"), level, "all")
+            n = found.pop("n")
+            rows += [{**_row(*key, metric, value, n), "semantics": semantics} for metric, value in found.items()]
+    return pl.DataFrame(rows, schema=COLUMNS)
+
+
 def influence_table(inputs: list[SeedInputs], window: list[int], settings: LdsSettings) -> pl.DataFrame:
-    return pl.concat([seed_table(i, window, settings) for i in inputs], how="vertical")
+    return pl.concat([*(seed_table(i, window, settings) for i in inputs), dense_table(inputs, settings)],
+                     how="vertical")  # fmt: skip
 
 
 def top_rollouts(inputs: list[SeedInputs], n: int = TOP) -> pl.DataFrame:

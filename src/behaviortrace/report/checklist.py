@@ -62,10 +62,12 @@ ITEMS = {
     "beats_norm_rollout": "Beats the norm control at rollout level on every seed and draw (paired difference)",
     "beats_fluency": "Beats the fluency control at rollout level on every seed and draw, in every listed stratum, "
     "fluency taken both ways (max(AUC, 1 - AUC): a reversed predictor predicts as well)",
-    "beats_log_only": "Beats every log-only control (the rollout log alone: advantage, reward, behavior, "
-    "behavior_advantage; at step level also the step's reward variance, share of active groups, and whether it "
-    "paid) at step and rollout level on every seed and draw, on the metrics of the norm items (paired "
-    "differences); n/a in a cell where a log-only control sits at the metric's ceiling",
+    "beats_log_only": "Orders what removing rollouts does better than the rollout log can: over every rollout and "
+    "every prompt group before T, its rank agreement with the exact influence I (targeted estimators at "
+    "`effect_target_kind`), pooled over planted seeds and draws, has its margin over the strongest log-only control "
+    "and over the random control above 0 (a bootstrap over seeds, then groups); judged at a level only where I's own "
+    "LDS there clears the threshold on every planted seed (at the smallest subset size), never on the label's "
+    "metrics, which the log wins by construction",
     "survives_fluency_residualization": "Within-group AUC after residualizing on fluency has its interval above "
     "0.5 on every seed and draw",
     "stable_across_draws": "Stable across generation draws: rank correlation of rollout scores between draws (its "
@@ -333,7 +335,7 @@ def beats(
     metric's ceiling cannot be passed and is not judged."""
     if est in controls:
         return Verdict(NA, "is the control" if len(controls) == 1 else "is one of the controls")
-    passes, fails, lines, shut, strongest = [], [], [], [], []
+    passes, fails, lines, shut, strongest, tests = [], [], [], [], [], 0
     for level, metric, stratum in comparisons:
         rows = judged(metrics, target, stratum).filter(pl.col("metric") == metric)
         levels = ["step", "step_summed"] if level == "step" else [level]
@@ -364,6 +366,7 @@ def beats(
             if not cell:
                 continue
             judged_cells += 1
+            tests += len(cell)  # one paired difference per control (and step variant)
             diff, low, high, c = min(cell, key=lambda x: x[0])
             strongest.append(c["value"])
             passes.append(all(lo > 0 for _, lo, _, _ in cell))
@@ -387,7 +390,13 @@ def beats(
     return Verdict(
         V.three(passes, fails),
         detail,
-        {"cells": len(passes), "beaten": int(sum(passes)), "fails": int(sum(fails)), "control_max": max(strongest)},
+        {
+            "cells": len(passes),
+            "tests": tests,
+            "beaten": int(sum(passes)),
+            "fails": int(sum(fails)),
+            "control_max": max(strongest),
+        },
     )
 
 
@@ -572,16 +581,17 @@ def replay_beats_random(s: pl.DataFrame, est: str, family: V.Family = V.PER_CELL
     both = _against_random(s, est)
     if not both.height:
         return Verdict(NA, "no random replay to compare with")
-    budget = family.budget(both.height) / both.height
+    budget = family.budget(both.height)
     cells = [
-        V.beats_random(r["change"], r["random_low"], r["random_high"], int(r["random_reps"]), budget)
-        for r in both.iter_rows(named=True)
+        (r["change"], r["random_low"], r["random_high"], int(r["random_reps"])) for r in both.iter_rows(named=True)
     ]
+    below, fails, chance = V.beats_random(cells, budget)
     return Verdict(
-        V.three([p for p, _ in cells], [f for _, f in cells]),
-        f"{_replay_text(both, '')}; below every random removal to pass; above every one, where that is rare enough "
-        f"for the family-wise error ({budget:.1g} per cell), to fail; otherwise inconclusive",
-        {"cells": len(cells), "beaten": sum(p for p, _ in cells)},
+        V.three(below, [fails]),
+        f"{_replay_text(both, '')}; below every random removal in every cell to pass; above every one in every cell, "
+        f"where that has probability {chance:.1e} for a set no better than random and that is within the family-wise "
+        f"error ({budget:.1g}), to fail; otherwise inconclusive",
+        {"cells": len(cells), "tests": len(cells), "beaten": sum(below)},
     )
 
 
@@ -608,6 +618,72 @@ def tracks_effect(
         f"{paid}{best}",
         {"cells": len(cells), "tracking": sum(p for p, _ in cells), "values": own["value"].to_list()},
     )
+
+
+DENSE = {"rollout": "rollout_dense", "group": "group_dense"}  # the dense endpoint's level per LDS level
+
+
+def faithful_reference(influence: pl.DataFrame, level: str, limit: float) -> tuple[bool, str]:
+    """Whether I's own LDS at `level` clears `limit` on every planted seed at the smallest subset size (where a
+    first-order truth is meant to hold), and the numbers."""
+    cells = _lds_cells(influence, level, "none")
+    if not cells.height:
+        return False, f"no {level}-level LDS of I"
+    exact = cells.filter(pl.col("estimator") == "influence")
+    exact = exact.filter(pl.col("removal_percent") == exact["removal_percent"].min()).sort("seed")
+    ok = bool(exact.height) and bool((exact["lds_low"] >= limit).all())
+    text = ", ".join(f"seed {r['seed']} {r['lds']:.2f} [{r['lds_low']:.2f}, {r['lds_high']:.2f}]"
+                     for r in exact.iter_rows(named=True))  # fmt: skip
+    return ok, f"I's LDS at {level}s {exact['removal_percent'].min() if exact.height else '?'}%: {text}"
+
+
+def beats_log_only(
+    influence: pl.DataFrame | None, est: str, log_only: list[str], cfg: Checklist, family: V.Family = V.PER_CELL
+) -> Verdict:
+    """The dense endpoint (influence/dense.py) per level: the margins over the strongest log-only control and over
+    the random control, each a test (pass: both intervals above 0 at every level; FAIL: a widened interval below
+    0). A level where I is not shown faithful to removal is not judged, and leaves the item inconclusive."""
+    if est in log_only:
+        return Verdict(NA, "is one of the controls")
+    if influence is None:
+        return Verdict(NA, "no exact influence computed")
+    rows = influence.filter(
+        (pl.col("estimator") == est)
+        & pl.col("target").is_in([cfg.effect_target_kind, "none"])
+        & pl.col("level").is_in(list(DENSE.values()))
+    )
+    if not rows.height:
+        return Verdict(NA, f"no dense endpoint for {est}")
+    values = {(r["level"], r["metric"]): r["value"] for r in rows.iter_rows(named=True)}
+    passes, fails, lines, tests = [], [], [], 0
+    for level, dense_level in DENSE.items():
+        if (dense_level, "spearman") not in values:
+            continue
+        faithful, why = faithful_reference(influence, level, cfg.min_lds)
+        own = values[(dense_level, "spearman")]
+        text = [f"{level}s: agreement with I {own:.3f} [{values[(dense_level, 'spearman_low')]:.3f}, "
+                f"{values[(dense_level, 'spearman_high')]:.3f}]"]  # fmt: skip
+        cell_pass, cell_fail = True, False
+        for margin, name in (("over_log_only", "strongest log-only"), ("over_random", "random")):
+            if (dense_level, margin) not in values:
+                cell_pass = False
+                continue
+            v, lo, hi = (values[(dense_level, f"{margin}{end}")] for end in ("", "_low", "_high"))
+            tests += 1
+            cell_pass &= lo > 0
+            cell_fail |= V.widened_high(v, hi, family.z) < 0
+            text.append(f"over {name} {v:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+        if faithful:
+            passes.append(cell_pass)
+            fails.append(cell_fail)
+            lines.append(", ".join(text))
+        else:
+            passes.append(False)
+            fails.append(False)
+            lines.append(", ".join(text) + f" (not judged: {why}, below the threshold {cfg.min_lds})")
+    if not lines:
+        return Verdict(NA, f"no dense endpoint for {est}")
+    return Verdict(V.three(passes, fails), "; ".join(lines), {"cells": len(passes), "tests": tests})
 
 
 def _lds_cells(influence: pl.DataFrame, level: str, target: str) -> pl.DataFrame:
@@ -644,9 +720,9 @@ def lds_item(
     cfg: Checklist,
     family: V.Family = V.PER_CELL,
 ) -> Verdict:
-    """Three-valued over the cells the exact influence itself passes (its LDS interval at or above the threshold,
-    its margin over the log-only controls above 0): no method can be shown to pass the others. The exact
-    influence's own row is judged on every cell: it is the item's positive control."""
+    """Three-valued over the cells where the exact influence reaches the threshold (its LDS interval at or above
+    it): elsewhere no method can be shown to pass. Where it reaches it in no cell, inconclusive: the cells exist
+    but cannot judge. The exact influence's own row is judged on every cell: it is the item's positive control."""
     if influence is None:
         return Verdict(NA, "no exact influence computed")
     cells = _lds_cells(influence, level, cfg.effect_target_kind)
@@ -656,12 +732,10 @@ def lds_item(
     exact = cells.filter(pl.col("estimator") == "influence")
     open_, shut = [], []
     for r in exact.iter_rows(named=True):
-        ok, _ = _lds_cell(r, limit, True, V.Z95)
+        ok, _ = _lds_cell(r, limit, False, V.Z95)  # I's threshold alone: its margin is no property of the cell
         (open_ if ok else shut).append(r)
     shut_text = "; ".join(
-        f"seed {r['seed']} {r['removal_percent']}%: I {r['lds']:.2f} [{r['lds_low']:.2f}, {r['lds_high']:.2f}], "
-        f"over log-only {r.get('lds_over_log_only') or 0:+.2f} [{r.get('lds_over_log_only_low') or 0:+.2f}, "
-        f"{r.get('lds_over_log_only_high') or 0:+.2f}]"
+        f"seed {r['seed']} {r['removal_percent']}%: I {r['lds']:.2f} [{r['lds_low']:.2f}, {r['lds_high']:.2f}]"
         for r in shut
     )
     own = cells.filter(pl.col("estimator") == est)
@@ -672,10 +746,10 @@ def lds_item(
         )
         if not keep.height:
             return Verdict(
-                NA,
-                f"the exact influence itself does not pass any cell, so no method can be shown to: {shut_text} "
-                f"(threshold {limit}, margin over the strongest log-only control above 0)",
-                {"cells": 0},
+                INCONCLUSIVE,
+                f"the exact influence itself does not reach the threshold {limit} in any cell, so no cell can judge "
+                f"a method: {shut_text}",
+                {"cells": 0, "tests": 0},
             )
         own = own.join(keep, on=["seed", "removal_percent"])
     own = own.filter(~pl.col("lds").is_nan()).sort("seed", "draw", "removal_percent")
@@ -711,7 +785,11 @@ def lds_item(
     return Verdict(
         V.three(passes, fails),
         detail,
-        {"cells": len(passes), **Counter(V.three([p], [f]) for p, f in zip(passes, fails, strict=True))},
+        {
+            "cells": len(passes),
+            "tests": len(passes) * (2 if compare else 1),  # the threshold, and the margin over log-only
+            **Counter(V.three([p], [f]) for p, f in zip(passes, fails, strict=True)),
+        },
     )
 
 
@@ -742,6 +820,11 @@ class Result:
     family: V.Family
     positive: dict[str, str]
     notes: list[str] = field(default_factory=list)
+    log_only: list[str] = field(default_factory=list)
+
+    def log_passes(self, item: str) -> list[str]:
+        """The log-only controls that pass `item`: a method's pass there is no attribution result."""
+        return [name for name in self.log_only if name in self.rows and self.rows[name][item].verdict == PASS]
 
     @property
     def methods(self) -> list[str]:
@@ -770,9 +853,7 @@ def _method_row(est, metrics, stability, replayed, cfg, log_only, controls, infl
             family,
             two_sided=True,
         ),
-        "beats_log_only": beats(metrics, est, log_only, [step, rollout], target, replicates, family)
-        if log_only
-        else Verdict(NA, "no log-only control configured"),
+        "beats_log_only": beats_log_only(influence, est, log_only, cfg, family),
         "survives_fluency_residualization": survives_residualization(metrics, est, target, stratum, family, controls),
         "stable_across_draws": stable_across_draws(
             stability, metrics, est, target, stratum, cfg.min_draw_rank_correlation, cfg.max_draw_spread, family
@@ -819,7 +900,10 @@ def build(
     roles = {name: CONTROL if name in controls else METHOD for name in names}
     args = (metrics, stability, replayed, cfg, log_only, controls, influence, replicates)
     first = {est: _method_row(est, *args, V.PER_CELL) for est in names if roles[est] == METHOD}
-    family = V.Family(cfg.alpha, sum(v.numbers.get("cells", 0) for row in first.values() for v in row.values()))
+    family = V.Family(
+        cfg.alpha,
+        sum(v.numbers.get("tests", v.numbers.get("cells", 0)) for row in first.values() for v in row.values()),
+    )
     rows = {est: _method_row(est, *args, family) for est in names}
     notes = []
     if influence is not None:
@@ -838,13 +922,28 @@ def build(
     for item in ITEMS:
         passing = [name for name, row in rows.items() if row[item].verdict == PASS]
         positive[item] = ", ".join(passing) if passing else POSITIVE_CONTROL_TESTS[item]
-    return Result(run, rows, roles, family, positive, notes)
+    return Result(run, rows, roles, family, positive, notes, sorted(log_only))
+
+
+LOG_TOO = "pass_log_only_too"  # a method's pass on an item that a log-only control passes as well
 
 
 def counts(result: Result) -> dict[str, int]:
-    """Verdicts on the method items of the methods only."""
-    found = Counter(v.verdict for name in result.methods for v in result.rows[name].values())
-    return {k: found[k] for k in (PASS, FAIL, INCONCLUSIVE, NA)}
+    """Verdicts on the method items of the methods only; a pass that a log-only control also earns is counted
+    apart (LOG_TOO), never among the passes."""
+    found = Counter(
+        LOG_TOO if v.verdict == PASS and result.log_passes(item) else v.verdict
+        for name in result.methods
+        for item, v in result.rows[name].items()
+    )
+    return {k: found[k] for k in (PASS, LOG_TOO, FAIL, INCONCLUSIVE, NA)}
+
+
+def headline(tally: dict[str, int]) -> str:
+    return (
+        f"{tally[PASS]} pass, {tally[LOG_TOO]} pass that a log-only control passes too, {tally[FAIL]} fail, "
+        f"{tally[INCONCLUSIVE]} inconclusive, {tally[NA]} n/a"
+    )
 
 
 def to_json(result: Result, cfg: Checklist) -> str:
@@ -858,7 +957,7 @@ def to_json(result: Result, cfg: Checklist) -> str:
             "can_judge_methods": ok,
             "run_items_not_passed": failing,
             "roles": result.roles,
-            "family": {"alpha": result.family.alpha, "method_cells": result.family.cells, "z": result.family.z},
+            "family": {"alpha": result.family.alpha, "method_tests": result.family.tests, "z": result.family.z},
             "positive_controls": result.positive,
             "notes": result.notes,
             "counts": counts(result),
@@ -869,8 +968,10 @@ def to_json(result: Result, cfg: Checklist) -> str:
     )
 
 
-def _mark(verdict: str, role: str) -> str:
+def _mark(verdict: str, role: str, log_too: bool = False) -> str:
     mark = {PASS: "pass", FAIL: "**FAIL**", INCONCLUSIVE: "inconclusive", NA: "n/a"}[verdict]
+    if verdict == PASS and log_too and role == METHOD:
+        mark = "pass, log too"
     return mark if role == METHOD or verdict == NA else f"({mark})"
 
 
@@ -880,8 +981,9 @@ def to_markdown(result: Result, cfg: Checklist, run: str, semantics: str | None 
     ok, failing = result.can_judge()
     tally = counts(result)
     order = sorted(result.rows, key=lambda n: ({METHOD: 0, REFERENCE: 1, CONTROL: 2}[result.roles[n]], n))
-    rows = [[name, result.roles[name], *[_mark(result.rows[name][i].verdict, result.roles[name]) for i in items]]
-            for name in order]  # fmt: skip
+    shared = {i: bool(result.log_passes(i)) for i in items}
+    rows = [[name, result.roles[name], *[_mark(result.rows[name][i].verdict, result.roles[name], shared[i])
+                                         for i in items]] for name in order]  # fmt: skip
     verdict = "yes" if ok else f"no: {', '.join(f'`{i}`' for i in failing)} did not pass"
     parts = [
         f"# Attribution checklist — run `{run}`\n",
@@ -891,13 +993,15 @@ def to_markdown(result: Result, cfg: Checklist, run: str, semantics: str | None 
             ["item", "verdict", "numbers"],
             [[f"`{i}`", result.run[i].verdict, result.run[i].detail] for i in RUN_ITEMS],
         ),
-        f"## Methods ({tally[PASS]} pass, {tally[FAIL]} fail, {tally[INCONCLUSIVE]} inconclusive, {tally[NA]} n/a)\n",
+        f"## Methods ({headline(tally)})\n",
         f"Methods ({', '.join(result.methods) or 'none'}) are judged and counted. Controls are the bars a method "
         "must clear and references the exact influence (positive) and earlier-is-more (negative): their verdicts, "
-        "in parentheses, are reference only. Targeted estimators are judged with the "
+        "in parentheses, are reference only. A method's pass on an item that a log-only control (the rollout log "
+        "alone) passes as well is marked `pass, log too` and counted apart: a look-up of the reward log earns it, "
+        "so it is no attribution result. Targeted estimators are judged with the "
         f"`{cfg.target_kind}` target, in stratum `{cfg.stratum}` unless an item says otherwise. Pass needs every "
-        f"cell at 95%; FAIL needs evidence at the family-wise α = {cfg.alpha} over the {result.family.cells} method "
-        f"cells (intervals widened to z = {result.family.z:.2f}); the rest is inconclusive."
+        f"cell at 95%; FAIL needs evidence at the family-wise α = {cfg.alpha} over the {result.family.tests} method "
+        f"tests (intervals widened to z = {result.family.z:.2f}); the rest is inconclusive."
         + (
             f" Removing a rollout (`replay_has_power`, items "
             f"{', '.join(str(items.index(i) + 1) for i in CAUSAL_ITEMS)}) means "

@@ -28,7 +28,7 @@ class Sizes:
     paired_cells: int = 6  # seeds x draws of a beats item
     placebo_cells: int = 2  # placebo seeds x draws (each an AUC and a step-lift test)
     replay_cells: int = 3  # seeds x removal sizes
-    family: int = 500  # method cells of the whole checklist
+    family: int = 500  # method tests of the whole checklist
     boot: int = 200
     repeats: int = 3  # random sets per replay cell
     alpha: float = 0.05
@@ -97,15 +97,16 @@ def placebo(sizes: Sizes, auc: float, trials: int, rng, gap: float = 0.1, se: fl
 def replay(sizes: Sizes, shift: float, trials: int, rng) -> np.ndarray:
     """Row verdicts of a set whose change is `shift` (in sd of the random sets) below its step-matched random
     sets' in every cell."""
-    budget = V.Family(sizes.alpha, sizes.family).budget(sizes.replay_cells) / sizes.replay_cells
+    budget = V.Family(sizes.alpha, sizes.family).budget(sizes.replay_cells)
     out = []
     for _ in range(trials):
         cells = []
         for _ in range(sizes.replay_cells):
             randoms = rng.standard_normal(sizes.repeats)
             change = rng.standard_normal() - shift
-            cells.append(V.beats_random(change, randoms.min(), randoms.max(), sizes.repeats, budget))
-        out.append(V.three([p for p, _ in cells], [f for _, f in cells]))
+            cells.append((change, randoms.min(), randoms.max(), sizes.repeats))
+        below, fails, _ = V.beats_random(cells, budget)
+        out.append(V.three(below, [fails]))
     return np.array(out)
 
 

@@ -1,5 +1,6 @@
-"""The answer on one screen: per row, how well its scores predict what removing data does (the LDS at rollout and
-group level against the exact influence's retrainings, with the margin over the strongest log-only control), how
+"""The answer on one screen: per row, how well its scores predict what removing data does (its agreement with
+the exact influence over every rollout and group, the LDS at rollout and group level against the exact influence's
+retrainings, with the margin over the strongest log-only control), how
 its step sums agree with leave-one-step-out retraining, its leave-out replay verdict, and what it cost. Methods are
 sorted by their first LDS; controls and references follow as the bars they are (in the figure: reference lines).
 """
@@ -46,6 +47,17 @@ def _envelope(rows: pl.DataFrame, metric: str) -> tuple[float, float, float] | N
     return float(value.mean()), low, float(high.max()) if len(high) else float("nan")
 
 
+DENSE = ("rollout_dense", "group_dense")  # the dense endpoint's levels (influence/dense.py)
+
+
+def _pooled(rows: pl.DataFrame, metric: str) -> tuple[float, float, float] | None:
+    """A pooled row's (value, low, high): one value over seeds and draws, its bootstrap interval."""
+    found = {r["metric"]: r["value"] for r in rows.iter_rows(named=True)}
+    if metric not in found:
+        return None
+    return found[metric], found[f"{metric}_low"], found[f"{metric}_high"]
+
+
 def table(influence: pl.DataFrame, checklist: dict, target: str, costs: dict[str, float]) -> pl.DataFrame:
     """One row per checklist row that has an LDS: role, each (level, percent)'s LDS and margin as (mean, low, high),
     the step-level Spearman with leave-one-step-out, the replay verdict and the wall seconds of its jobs."""
@@ -57,6 +69,10 @@ def table(influence: pl.DataFrame, checklist: dict, target: str, costs: dict[str
         if not own.height:
             continue
         row = {"row": name, "role": role}
+        for level in DENSE:
+            part = own.filter(pl.col("level") == level)
+            row[level] = _pooled(part, "spearman")
+            row[f"{level}_margin"] = _pooled(part, "over_log_only")
         for level, pct in cells:
             part = own.filter((pl.col("level") == level) & (pl.col("removal_percent") == pct))
             row[f"{level}_{pct}"] = _envelope(part, "lds")
@@ -84,6 +100,9 @@ def markdown(rows: pl.DataFrame) -> str:
         return "# Faithfulness\n\nNo exact influence in this run: nothing to predict removals against.\n"
     cells = _lds_columns(rows)
     head = ["row", "role"]
+    dense = [c for c in DENSE if c in rows.columns]
+    for c in dense:
+        head += [f"agreement with I, {c.removesuffix('_dense')}s", "over log-only"]
     for c in cells:
         level, pct = c.rsplit("_", 1)
         head += [f"LDS {level.removesuffix('_subset')} {pct}%", "over log-only"]
@@ -91,7 +110,7 @@ def markdown(rows: pl.DataFrame) -> str:
     body = []
     for r in rows.iter_rows(named=True):
         line = [r["row"], r["role"]]
-        for c in cells:
+        for c in [*dense, *cells]:
             line += [_fmt(r[c]), _fmt(r[f"{c}_margin"])]
         step = "–" if r["step_out"] is None else f"{r['step_out']:.2f}"
         cost = "–" if r["seconds"] is None else f"{r['seconds']:.0f}"
@@ -99,8 +118,12 @@ def markdown(rows: pl.DataFrame) -> str:
     return "\n".join(
         [
             "# Faithfulness: does a row predict what removing data does?\n",
-            "Per row, the LDS (Spearman of minus a subset's summed scores with the change of f(w_T) measured by "
-            "retraining without it) at each level and subset size: the mean over planted seeds (and draws) with the "
+            "Per row, first the dense endpoint: its rank agreement with the exact influence I over every rollout "
+            "and every prompt group before T (Spearman; a group's scores and I summed over its rollouts), pooled "
+            "over planted seeds and draws, with its 95% interval (a bootstrap over seeds, then groups) and its "
+            "margin over the strongest log-only control on the same resamples. Then the LDS (Spearman of minus a "
+            "subset's summed scores with the change of f(w_T) measured by retraining without it) at each level "
+            "and subset size: the mean over planted seeds (and draws) with the "
             "lowest and highest bound of their 95% intervals, and the margin over the strongest log-only control on "
             "the same resamples. Then the Spearman of minus each step's summed score with the change measured by "
             "retraining without that step, the leave-out replay verdict, and the wall seconds of the row's "

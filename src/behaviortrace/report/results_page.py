@@ -12,6 +12,7 @@ import polars as pl
 
 from behaviortrace.config import record
 from behaviortrace.config.sections import Config
+from behaviortrace.report import checklist as C
 from behaviortrace.report import faithfulness
 from behaviortrace.report.cost import (
     configured,
@@ -92,7 +93,7 @@ def results_page(
     jobs: pl.DataFrame,
 ) -> str:
     counts = json.loads(Path(checklist_json).read_text())["counts"]  # method verdicts only
-    tally = "method verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in ("pass", "fail", "inconclusive", "n/a"))
+    tally = "method verdicts: " + C.headline(counts)
     cost = per_rule(jobs)
     parts = [
         f"# Results of run `{run}`\n",

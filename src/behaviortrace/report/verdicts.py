@@ -1,9 +1,10 @@
 """The statistical rules behind every three-valued verdict of the checklist, apart from what the items read.
 
 PASS needs every cell to clear its bar with its 95% interval: an intersection-union test, valid at 5% without a
-correction however many cells. FAIL needs evidence at the family-wise level over the checklist's method cells: a
-cell counts against a method only when its interval, widened to the Bonferroni level alpha / m (m: every method
-cell the checklist judges), lies wholly on the wrong side; with an interval's arms scaled by z(alpha / m) / z(2.5%),
+correction however many cells. FAIL needs evidence at the family-wise level over the checklist's method tests: a
+cell counts against a method only when its interval, widened to the Bonferroni level alpha / m (m: every test of
+every method cell the checklist judges: a cell compared with seven controls holds seven), lies wholly on the wrong
+side; with an interval's arms scaled by z(alpha / m) / z(2.5%),
 a bootstrap interval keeps its skew. Anything else is inconclusive. Comparisons with a control are paired: the
 difference of the two metrics on the same bootstrap resamples of the same cell, never two intervals side by side.
 `diagnostics/checklist_error_rates.py` simulates the false pass, false FAIL and power of each kind of rule at a
@@ -25,22 +26,23 @@ Z95 = NormalDist().inv_cdf(0.975)
 
 @dataclass(frozen=True)
 class Family:
-    """The family whose false FAILs are controlled: `cells` method cells at family-wise error `alpha`."""
+    """The family whose false FAILs are controlled: `tests` method tests at family-wise error `alpha`. A cell
+    compared with several controls, or with a threshold and a margin, holds one test for each."""
 
     alpha: float
-    cells: int
+    tests: int
 
     @property
     def z(self) -> float:
         """How far a cell's interval is widened before it may count as a FAIL (one-sided, Bonferroni)."""
-        return NormalDist().inv_cdf(1 - self.alpha / self.cells) if self.cells else Z95
+        return NormalDist().inv_cdf(1 - self.alpha / self.tests) if self.tests else Z95
 
     def budget(self, k: int) -> float:
-        """The error a block of `k` cells may spend: their share of alpha (a union bound over blocks)."""
-        return self.alpha * k / self.cells if self.cells else self.alpha
+        """The error a block of `k` tests may spend: their share of alpha (a union bound over blocks)."""
+        return self.alpha * k / self.tests if self.tests else self.alpha
 
 
-PER_CELL = Family(alpha=0.05, cells=0)  # 95% per cell: the first pass, which only counts the cells
+PER_CELL = Family(alpha=0.05, tests=0)  # 95% per cell: the first pass, which only counts the tests
 
 
 def three(passes: list[bool], fails: list[bool]) -> str:
@@ -89,9 +91,15 @@ def null_rejected(p_values: list[float], budget: float) -> list[bool]:
     return holm(p_values, budget)
 
 
-def beats_random(change: float, random_low: float, random_high: float, reps: int, budget: float) -> tuple[bool, bool]:
-    """(passes, fails) of one replay cell: its set's change below every one of `reps` step-matched random sets
-    (lowest `random_low`, highest `random_high`). A set no better than random is exchangeable with them, so it
-    lies above all of them with probability 1 / (reps + 1): FAIL where it does and that probability is within
-    `budget`, which few random sets never reach (then: inconclusive)."""
-    return bool(change < random_low), bool(change > random_high and 1 / (reps + 1) <= budget)
+def beats_random(cells: list[tuple[float, float, float, int]], budget: float) -> tuple[list[bool], bool, float]:
+    """Replay cells (change, lowest random change, highest random change, random sets): whether each cell's set
+    lies below every one of its step-matched random sets (a pass needs every one), and whether the cells are
+    evidence of a set no better than random (FAIL), with the chance of that evidence under that null. Such a set is
+    exchangeable with its random sets, so it lies above all R of them with probability 1 / (R + 1), independently
+    across cells (each cell its own retrainings): above all of them in every cell has probability prod 1 / (R + 1),
+    a FAIL where that is within `budget`. Three random sets per cell never reach it in one cell (0.25), six cells
+    do (2.4e-4)."""
+    below = [bool(change < low) for change, low, _, _ in cells]
+    chance = float(np.prod([1 / (reps + 1) for *_, reps in cells]))
+    above = bool(cells) and all(change > high for change, _, high, _ in cells)
+    return below, bool(above and chance <= budget), chance
