@@ -42,6 +42,7 @@ def run_sizes(run: Path) -> Sizes:
         boot=cfg["evaluation"]["bootstrap"],
         repeats=cfg["replay"]["random_repeats"],
         alpha=cfg["checklist"]["alpha"],
+        dense_seeds=seeds,  # its groups and resamples stay the simulation's own (report/error_rates.py)
     )
 
 

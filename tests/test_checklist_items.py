@@ -283,6 +283,24 @@ def test_tracks_effect():
     assert C.tracks_effect(metrics, "negative", CFG).verdict == C.FAIL
 
 
+def test_tracks_step_removal():
+    """Judged on the pooled leave-one-step-out endpoint: well above the strongest log-only control and random
+    passes, below it fails, an interval across 0 is inconclusive; a log-only control is not judged."""
+    rows = []
+    for est, (value, margin) in {"faithful": (0.8, 0.4), "negative": (-0.3, -0.7), "powerless": (0.3, 0.05)}.items():
+        width = 0.1 if est != "powerless" else 0.3
+        for metric, v in (("spearman", value), ("over_log_only", margin), ("over_random", value)):
+            for end, x in (("", v), ("_low", v - width), ("_high", v + width)):
+                rows.append({"arm": "planted", "seed": None, "draw": None, "estimator": est, "target": "forced",
+                             "level": C.STEP_OUT_POOLED, "stratum": "all", "metric": f"{metric}{end}",
+                             "value": x, "n": 30, "removal_percent": None})  # fmt: skip
+    table = pl.DataFrame(rows, schema_overrides={"seed": pl.Int64, "draw": pl.Int64, "removal_percent": pl.Int64})
+    assert C.tracks_step_removal(table, "faithful", ["reward"], CFG).verdict == C.PASS
+    assert C.tracks_step_removal(table, "negative", ["reward"], CFG).verdict == C.FAIL
+    assert C.tracks_step_removal(table, "powerless", ["reward"], CFG).verdict == C.INCONCLUSIVE
+    assert C.tracks_step_removal(table, "reward", ["reward"], CFG).verdict == C.NA
+
+
 def _lds(level, rows_by_estimator: dict):
     """Influence-table rows of one level: per estimator (lds, low, high, margin, margin low, margin high)."""
     out = []

@@ -394,6 +394,38 @@ def test_beats_log_only_verdict_recomputed(finished_run):
     assert verdicts["n/a"] == 2 and verdicts["n/a"] < sum(verdicts.values())
 
 
+def test_step_removal_endpoint_recomputed(finished_run):
+    """Item tracks_step_removal's evidence: per planted seed and draw, scipy's Spearman of minus each step's score
+    with the change of f(w_T) measured when the step is left out, averaged; and the verdict from its margins."""
+    import json
+
+    from scipy.stats import spearmanr
+
+    out = finished_run[0] / "results" / "wf"
+    cfg = finished_run[1]
+    checklist = json.loads((out / "checklist.json").read_text())
+    table = pl.read_parquet(out / "tables" / "influence.parquet").filter(pl.col("level") == "step_out_pooled")
+    target = cfg["checklist"]["effect_target_kind"]
+    for estimator, own_target in (("gas", target), ("norm", "none")):
+        values = []
+        for seed in cfg["seeds"]:
+            summary = json.loads((out / f"planted{seed}" / "influence" / "summary.json").read_text())
+            left = pl.read_parquet(out / f"planted{seed}" / "influence" / "retrain.parquet")
+            changes = left.filter(pl.col("kind") == "step").sort("index")["f"].to_numpy() - summary["f_end"]
+            for draw in range(cfg["targets"]["draws"]) if own_target != "none" else [0]:
+                path = out / f"planted{seed}" / "scores" / estimator / f"draw{draw}_{own_target}_steps.parquet"
+                steps = pl.read_parquet(path).sort("step").filter(pl.col("step") < summary["end"])
+                values.append(spearmanr(-steps["score"].to_numpy(), changes)[0])
+        own = table.filter((pl.col("estimator") == estimator) & (pl.col("target") == own_target))
+        rows = {r["metric"]: r["value"] for r in own.iter_rows(named=True)}
+        assert rows["spearman"] == pytest.approx(float(np.mean(values)), abs=1e-9), estimator
+        z = checklist["family"]["z"]
+        margins = [(rows[m], rows[f"{m}_low"], rows[f"{m}_high"]) for m in ("over_log_only", "over_random")]
+        fails = any(v + (hi - v) * z / 1.959963984540054 < 0 for v, _, hi in margins)
+        expected = "fail" if fails else "pass" if all(lo > 0 for _, lo, _ in margins) else "inconclusive"
+        assert checklist["estimators"][estimator]["tracks_step_removal"]["verdict"] == expected, estimator
+
+
 def test_step_precision_at_paid_steps_matches_brute_force(medium):
     """The paper's step metric: steps as units, the label the steps that paid, precision of as many top-scored steps
     as paid. A look-up of whether the step paid (the step_paid control) reaches 1 by construction."""

@@ -37,6 +37,18 @@ def test_a_null_method_passes_no_more_often_than_claimed(simulated):
     assert rows["replay against step-matched random sets"]["false_pass"] <= chance + _slack(chance) * 2
 
 
+def test_the_dense_endpoint_has_its_error_rates_through_its_own_statistic(simulated):
+    """A method whose agreement with I equals the strongest log-only control's passes at most as often as one
+    one-sided 2.5% test (both levels must pass); never FAILs at its bar; one 0.2 above it passes most of the time
+    even at 40 groups per seed (the default run has 320)."""
+    sizes, rows = simulated
+    dense = rows["dense endpoint's margins"]
+    trials = TRIALS // 20
+    assert dense["false_pass"] <= 0.025 + 3 * math.sqrt(0.025 * 0.975 / trials)
+    assert dense["false_fail"] <= 3 * math.sqrt(0.01 * 0.99 / trials)
+    assert dense["power"] >= 0.5
+
+
 def test_a_method_at_its_bar_fails_no_more_often_than_alpha(simulated):
     sizes, rows = simulated
     per_row = [r["false_fail"] for k, r in rows.items() if not k.startswith("every")]

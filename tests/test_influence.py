@@ -601,13 +601,19 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     table = pl.read_parquet(out / "tables" / "influence.parquet")
     assert dict(table.schema) == COLUMNS
     runs = [("planted", s) for s in cfg["seeds"]] + [("placebo", s) for s in cfg["placebo"]["seeds"]]
-    assert sorted(set(table.select("arm", "seed").rows())) == sorted(runs)
+    per_seed = table.filter(pl.col("seed").is_not_null())
+    assert sorted(set(per_seed.select("arm", "seed").rows())) == sorted(runs)
+    pooled = table.filter(pl.col("seed").is_null())  # the dense endpoints, over every planted seed and draw
+    assert set(pooled["arm"]) == {"planted"} and pooled["draw"].null_count() == pooled.height
+    assert set(pooled["level"]) == {"rollout_dense", "group_dense", "step_out_pooled"}
     # Every row but the checks and the coupling of the two meanings is there under both meanings of removal, but the
-    # leave-out sets' (retrained under the configured one); the rest of this test reads the configured one (the
-    # influence column of the job's output).
+    # leave-out sets' (retrained under the configured one) and the pooled endpoints' (the configured one); the rest
+    # of this test reads the configured one (the influence column of the job's output).
     semantics = cfg["influence"]["semantics"]
     meanings = dict(table.group_by("level").agg(pl.col("semantics").drop_nulls().unique().sort()).rows())
-    expected = {"check": [], "coupling": [], "set": [semantics]}
+    expected = {"check": [], "coupling": [], "set": [semantics]} | {
+        level: [semantics] for level in set(pooled["level"])
+    }
     assert all(m == expected.get(level, ["advantages", "held"]) for level, m in meanings.items()), meanings
     coupling = table.filter(pl.col("level") == "coupling")
     assert set(coupling["metric"]) >= {"spearman_rollout", "spearman_group", "paid_siblings_share", "top_overlap"}

@@ -85,20 +85,24 @@ class _Weighted:
         self.shape, self.n = ordered.shape, n
 
     def spearman(self, weights: np.ndarray) -> np.ndarray:
-        drawn = weights[self.order]  # each row's counts in its own sorted order
-        upto = np.cumsum(drawn, axis=1).ravel()
-        flat = drawn.ravel()
-        before = upto[self.first] - flat[self.first]
-        ranks = (before + (upto[self.last] - before + 1) / 2).reshape(self.shape)
-        own = np.empty(self.n)
-        own[self.order[-1]] = ranks[-1]  # I's ranks in unit order, read in each row's sorted order below
-        x, y = ranks[:-1], own[self.order[:-1]]
-        w = drawn[:-1]
-        total = weights.sum()
-        xc = x - (w * x).sum(1, keepdims=True) / total
-        yc = y - (w * y).sum(1, keepdims=True) / total
+        """Per resample (a row of `weights`: each unit's count), every score row's Spearman with I: (resamples,
+        score rows); one resample (a 1-d `weights`) gives one value per score row."""
+        if weights.ndim == 1:
+            return self.spearman(weights[None, :])[0]
+        m = len(weights)
+        drawn = weights[:, self.order]  # each row's counts in its own sorted order: (m, rows, n)
+        upto = np.cumsum(drawn, axis=2).reshape(m, -1)
+        flat = drawn.reshape(m, -1)
+        before = upto[:, self.first] - flat[:, self.first]
+        ranks = (before + (upto[:, self.last] - before + 1) / 2).reshape(m, *self.shape)
+        own = np.empty((m, self.n))
+        own[:, self.order[-1]] = ranks[:, -1]  # I's ranks in unit order, read in each row's sorted order below
+        x, y, w = ranks[:, :-1], own[:, self.order[:-1]], drawn[:, :-1]
+        total = weights.sum(1)[:, None, None]
+        xc = x - (w * x).sum(2, keepdims=True) / total
+        yc = y - (w * y).sum(2, keepdims=True) / total
         with np.errstate(invalid="ignore", divide="ignore"):
-            return (w * xc * yc).sum(1) / np.sqrt((w * xc**2).sum(1) * (w * yc**2).sum(1))
+            return (w * xc * yc).sum(2) / np.sqrt((w * xc**2).sum(2) * (w * yc**2).sum(2))
 
 
 def _pooled(cells: list[tuple[list[tuple], np.ndarray]]) -> dict[tuple, float]:
@@ -110,27 +114,51 @@ def _pooled(cells: list[tuple[list[tuple], np.ndarray]]) -> dict[tuple, float]:
     return {k: float(np.mean(v)) for k, v in found.items()}
 
 
-def dense(seeds: list[DenseSeed], level: str, log_only: tuple[str, ...], bootstrap: int, seed: int) -> list[dict]:
+CHUNK = 200_000  # elements (resamples x score rows x units) ranked at once: large arrays would leave the cache
+
+
+def _bootstrap(parts: list, keys: list[tuple], bootstrap: int, rng) -> np.ndarray:
+    """The pooled agreement of every (estimator, target) of `keys` on each two-stage resample: (bootstrap, keys).
+    The seeds are drawn first (with replacement), then each drawn seed's groups; a key's value is the mean over the
+    cells (seed and draw) it has in the resample."""
+    picks = rng.integers(0, len(parts), (bootstrap, len(parts)))
+    sums, counts = np.zeros((bootstrap, len(keys))), np.zeros((bootstrap, len(keys)))
+    column = {k: j for j, k in enumerate(keys)}
+    for i, (s, _, _, groups, weighted) in enumerate(parts):
+        where = np.argwhere(picks == i)[:, 0]  # the resample of each of this seed's occurrences
+        if not len(where):
+            continue
+        n_groups = int(groups.max()) + 1
+        draws = rng.integers(0, n_groups, (len(where), n_groups))
+        draws += np.arange(len(where))[:, None] * n_groups  # one bincount for every occurrence's group counts
+        per_group = np.bincount(draws.ravel(), minlength=len(where) * n_groups).reshape(len(where), n_groups)
+        to = np.array([column[(est, target)] for _, est, target in s.keys])
+        step = max(1, CHUNK // weighted.order.size)
+        for start in range(0, len(where), step):
+            rho = weighted.spearman(per_group[start : start + step][:, groups].astype(float))
+            rows = where[start : start + step]
+            np.add.at(sums, (rows[:, None], to[None, :]), rho)
+            np.add.at(counts, (rows[:, None], to[None, :]), 1.0)
+    return sums / counts
+
+
+def dense(
+    seeds: list[DenseSeed], level: str, log_only: tuple[str, ...], bootstrap: int, seed: int, name: str = ""
+) -> list[dict]:
     """The pooled agreement of every (estimator, target) at `level` with its interval and its margins over the
     strongest log-only control and over the random control: one dict per (estimator, target) with `spearman`,
-    `over_log_only`, `over_random` (each with `_low`, `_high`) and `n` (the units pooled)."""
+    `over_log_only`, `over_random` (each with `_low`, `_high`) and `n` (the units pooled). `name` tells the
+    bootstrap's draws apart from another use of the same level (leave-one-step-out: steps as rollouts)."""
     parts = [(s, *s.units(level)) for s in seeds]
     point = _pooled([(s.keys, _spearman_rows(infl, values)) for s, infl, values, _ in parts])
-    weighted = [_Weighted(infl, values) for _, infl, values, _ in parts]
-    rng = np.random.default_rng(cell_seed("dense_bootstrap", seed, level))
-    samples: dict[tuple, list[float]] = {k: [] for k in point}
-    for _ in range(bootstrap):
-        cells = []
-        for i in rng.integers(0, len(parts), len(parts)):
-            s, _, _, groups = parts[i]
-            drawn = np.bincount(rng.integers(0, groups.max() + 1, groups.max() + 1), minlength=groups.max() + 1)
-            cells.append((s.keys, weighted[i].spearman(drawn[groups].astype(float))))
-        for k, v in _pooled(cells).items():
-            samples[k].append(v)
-    samples = {k: np.asarray(v) for k, v in samples.items()}
+    parts = [(*p, _Weighted(p[1], p[2])) for p in parts]
+    rng = np.random.default_rng(cell_seed("dense_bootstrap", seed, level, name))
+    keys = sorted(point)
+    resampled = _bootstrap(parts, keys, bootstrap, rng)
+    samples = {k: resampled[:, j] for j, k in enumerate(keys)}
     controls = [k for k in point if k[0] in log_only]
     chance = [k for k in point if k[0] == RANDOM]
-    n = sum(len(infl) for _, infl, _, _ in parts)
+    n = sum(len(p[1]) for p in parts)
     rows = []
     for key in sorted(point):
         row = {"estimator": key[0], "target": key[1], "n": n, **_with_interval("spearman", point[key], samples[key])}

@@ -35,6 +35,10 @@ where influence.lds_both_semantics retrained it; the leave-out sets under the co
   removed (the same retraining under both meanings); `spearman`, `pearson` of minus each step's score with the
   measured change, `spearman_given_step`. For every estimator's step scores, `influence` (the step's summed I),
   `label` (its paid count), `step_effect` (the change of f across the step in training) and `earlier`.
+- levels rollout_dense, group_dense and step_out_pooled (planted seeds, seed and draw empty: pooled over both): the
+  dense endpoint (influence/dense.py), each row's Spearman with I over every rollout and group before T, and the
+  same for leave-one-step-out with steps as the units; `spearman`, `over_log_only`, `over_random`, each with
+  `_low`, `_high` from a bootstrap over seeds, then groups (steps).
 - level set: the leave-out replay's sets (`label`: the paid set; an estimator: its top-scored set) removed:
   `predicted_change` (minus the summed I), `measured_change` (retrained f minus f(w_T)) and
   `prediction_ratio` (their ratio), per removal_percent.
@@ -515,16 +519,57 @@ def dense_seed(inputs: SeedInputs) -> DenseSeed:
     groups = before.select(pl.struct("step", "group_id").rank("dense") - 1)
     everyone = log["rollout_id"].to_numpy()
     at = np.searchsorted(everyone, before["rollout_id"].to_numpy())
-    scores = {}
-    for (draw, estimator, target), (roll, _) in sorted(inputs.scores.items(), key=lambda kv: str(kv[0])):
-        values = pl.read_parquet(roll).sort("rollout_id")["score"].to_numpy()[at]
-        if not any(e == estimator and t == target and np.array_equal(v, values) for (_, e, t), v in scores.items()):
-            scores[(draw, estimator, target)] = values  # a score the same on every draw (a log-only one) counts once
+    scores = _once({key: pl.read_parquet(roll).sort("rollout_id")["score"].to_numpy()[at]
+                    for key, (roll, _) in inputs.scores.items()})  # fmt: skip
     references = {"label": with_labels(before, placebo=False)["label"].to_numpy().astype(float),
                   "earlier": -before["step"].to_numpy().astype(float)}  # fmt: skip
     scores |= {(None, name, "none"): values for name, values in references.items()}
     values = influence[SEMANTIC_COLUMNS[summary["semantics"]]].to_numpy()
     return DenseSeed(inputs.seed, groups.to_series().to_numpy().astype(np.int64), values, scores)
+
+
+def _once(found: dict[tuple, np.ndarray]) -> dict[tuple, np.ndarray]:
+    """Score series by (draw, estimator, target), one that is the same on every draw (a log-only one) kept once."""
+    kept: dict[tuple, np.ndarray] = {}
+    for (draw, estimator, target), values in sorted(found.items(), key=lambda kv: str(kv[0])):
+        if not any(e == estimator and t == target and np.array_equal(v, values) for (_, e, t), v in kept.items()):
+            kept[(draw, estimator, target)] = values
+    return kept
+
+
+def step_out_seed(inputs: SeedInputs) -> DenseSeed | None:
+    """One planted seed's leave-one-step-out for the pooled step-level endpoint: each step before T a unit (its
+    own group), the measured change of f(w_T) when its rollouts are removed as the truth, and minus every row's
+    step score (and the references: I's step sum, the paid count, the step's measured effect, earlier) as the
+    prediction. None where the seed retrained fewer than 3 steps."""
+    summary = json.loads(Path(inputs.summary).read_text())
+    left_out = pl.read_parquet(inputs.retrain).filter(pl.col("kind") == "step").sort("index")
+    if left_out.height < 3:
+        return None
+    log = with_labels(pl.read_parquet(inputs.rollouts), placebo=False)
+    before = log.filter(pl.col("step") < summary["end"]).sort("rollout_id")
+    steps = np.sort(before["step"].unique().to_numpy())
+    if not np.array_equal(left_out["index"].to_numpy(), steps):
+        raise ValueError(f"{inputs.retrain}: the left-out steps are not the steps before T")
+    influence = pl.read_parquet(inputs.influence).sort("rollout_id")
+    values = influence[SEMANTIC_COLUMNS[summary["semantics"]]].to_numpy()
+    effect = pl.read_parquet(inputs.step_log).sort("step").filter(pl.col("step") < summary["end"])
+    series = {
+        (None, "influence", "none"): step_sums(before["step"].to_numpy(), values)["influence"].to_numpy(),
+        (None, "label", "none"): before.group_by("step").agg(pl.col("label").sum()).sort("step")["label"].to_numpy(),
+        (None, "step_effect", "none"): effect["target_change"].to_numpy(),
+        (None, "earlier", "none"): -steps.astype(float),
+    }
+    found = {
+        key: pl.read_parquet(step).sort("step").filter(pl.col("step") < summary["end"])["score"].to_numpy()
+        for key, (_, step) in inputs.scores.items()
+    }
+    predicted = {key: -np.asarray(v, float) for key, v in (series | _once(found)).items()}
+    changes = left_out["f"].to_numpy() - summary["f_end"]
+    return DenseSeed(inputs.seed, np.arange(len(steps)), changes, predicted)
+
+
+STEP_OUT_POOLED = "step_out_pooled"
 
 
 def dense_table(inputs: list[SeedInputs], settings: LdsSettings) -> pl.DataFrame:
@@ -535,10 +580,14 @@ def dense_table(inputs: list[SeedInputs], settings: LdsSettings) -> pl.DataFrame
         return pl.DataFrame(schema=COLUMNS)
     (semantics,) = {json.loads(Path(i.summary).read_text())["semantics"] for i in planted}
     seeds = [dense_seed(i) for i in planted]
+    runs = [(level, seeds, level, "") for level in DENSE_LEVELS]
+    left_out = [s for s in (step_out_seed(i) for i in planted) if s is not None]
+    if len(left_out) == len(planted):
+        runs.append((STEP_OUT_POOLED, left_out, "rollout_dense", STEP_OUT_POOLED))  # steps as the units
     rows = []
-    for level in DENSE_LEVELS:
-        for found in dense(seeds, level, settings.log_only, settings.bootstrap, settings.seed):
-            key = ("planted", None, None, found.pop("estimator"), found.pop("target"), level, "all")
+    for name, units, level, label in runs:
+        for found in dense(units, level, settings.log_only, settings.bootstrap, settings.seed, label):
+            key = ("planted", None, None, found.pop("estimator"), found.pop("target"), name, "all")
             n = found.pop("n")
             rows += [{**_row(*key, metric, value, n), "semantics": semantics} for metric, value in found.items()]
     return pl.DataFrame(rows, schema=COLUMNS)

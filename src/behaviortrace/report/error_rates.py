@@ -5,7 +5,9 @@ bar itself, where it is likeliest), and power at a stated effect.
 Kinds: a threshold judged by intervals (the LDS items, the residualized AUC, the measured effect), a paired
 comparison with a control (the beats items; beside it the unpaired non-overlap rule it replaced), Holm tests
 against a null (the placebo's enrichment; its pass needs the AUC's interval within a margin of chance), and the
-replay against step-matched random sets. `diagnostics/checklist_error_rates.py` writes the table into
+replay against step-matched random sets, and the dense endpoint's margins through its own statistic
+(influence/dense.py), at fewer groups and resamples than a run's (each trial is a full two-stage bootstrap).
+`diagnostics/checklist_error_rates.py` writes the table into
 docs/evaluation.md; tests/test_error_rates.py asserts the rates.
 """
 
@@ -32,6 +34,9 @@ class Sizes:
     boot: int = 200
     repeats: int = 3  # random sets per replay cell
     alpha: float = 0.05
+    dense_seeds: int = 3  # planted seeds the dense endpoint pools
+    dense_groups: int = 40  # prompt groups per seed (the default run has 320: its power is higher than simulated)
+    dense_boot: int = 200  # bootstrap resamples (the default run draws 1000)
 
     @property
     def z(self) -> float:
@@ -110,6 +115,52 @@ def replay(sizes: Sizes, shift: float, trials: int, rng) -> np.ndarray:
     return np.array(out)
 
 
+GROUP_SIZE = 8  # rollouts per prompt group in the dense simulation
+# Training noise: the sd across seeds of the log of each score's noise scale (a margin sd of about 0.02 between
+# seeds, a few times the default run's).
+SEED_SD = 0.05
+
+
+def _noise_for(rho: float) -> float:
+    """The sd of normal noise added to I (sd 1) that leaves a Spearman correlation of `rho` with it (for a
+    bivariate normal, rho = 6 / pi * arcsin(r / 2))."""
+    r = 2 * np.sin(np.pi * rho / 6)
+    return float(np.sqrt(1 / r**2 - 1))
+
+
+def dense(sizes: Sizes, delta: float, trials: int, rng, control: float = 0.45) -> np.ndarray:
+    """Row verdicts of `beats_log_only` through its real statistic (influence/dense.py: the pooled Spearman, the
+    two-stage bootstrap over seeds and groups, the margin over the strongest of two log-only controls in each
+    resample, the margin over random) for a method whose agreement with I is `delta` above the stronger control's
+    (`control`, the default run's behavior_advantage), at the run's seeds, groups and resamples. I has a group
+    effect (half its variance), and each seed draws its own noise scales (training noise between seeds)."""
+    from behaviortrace.influence.dense import DenseSeed
+    from behaviortrace.influence.dense import dense as pooled
+
+    noise = {"method": _noise_for(control + delta), "strong": _noise_for(control), "weak": _noise_for(control / 2)}
+    out = []
+    for _ in range(trials):
+        seeds = []
+        for s in range(sizes.dense_seeds):
+            groups = np.repeat(np.arange(sizes.dense_groups), GROUP_SIZE)
+            infl = np.sqrt(0.5) * (rng.standard_normal(sizes.dense_groups)[groups] + rng.standard_normal(groups.size))
+            scores = {
+                (None, name, "none"): infl
+                + sd * np.exp(SEED_SD * rng.standard_normal()) * rng.standard_normal(infl.size)
+                for name, sd in noise.items()
+            }
+            scores[(None, "random", "none")] = rng.standard_normal(infl.size)
+            seeds.append(DenseSeed(s, groups, infl, scores))
+        cells = []
+        for level in ("rollout_dense", "group_dense"):
+            rows = pooled(seeds, level, ("strong", "weak"), sizes.dense_boot, int(rng.integers(2**31)))
+            (row,) = [r for r in rows if r["estimator"] == "method"]
+            margins = [(row[m], row[f"{m}_low"], row[f"{m}_high"]) for m in ("over_log_only", "over_random")]
+            cells.append(V.margins_above(margins, sizes.z))
+        out.append(V.three([p for p, _ in cells], [f for _, f in cells]))
+    return np.array(out)
+
+
 def family_fail(sizes: Sizes, trials: int, rng, se: float = 0.05) -> float:
     """How often any of the checklist's method cells FAILs when every one sits exactly at its bar."""
     value = se * rng.standard_normal((trials, sizes.family))
@@ -142,6 +193,12 @@ def rates(sizes: Sizes, trials: int = 2000, seed: int = 0) -> list[dict]:
         ("replay against step-matched random sets", sizes.replay_cells, exchangeable, exchangeable, better, V.PASS,
          "3 sd of the random sets below them"),
     ]  # fmt: skip
+    dense_trials, dense_delta = max(trials // 20, 1), 0.2  # 0.2: the gap of the default run's methods
+    at_bar, above = dense(sizes, 0.0, dense_trials, rng), dense(sizes, dense_delta, dense_trials, rng)
+    kinds.append(("dense endpoint's margins (beats_log_only)", 2, at_bar, at_bar, above, V.PASS,
+                  f"agreement with I {dense_delta} above the strongest log-only control's (0.45), over "
+                  f"{sizes.dense_seeds} seeds x {sizes.dense_groups} groups of {GROUP_SIZE}, seed noise "
+                  f"{SEED_SD}; {dense_trials} trials"))  # fmt: skip
     anywhere = family_fail(sizes, trials, rng, se)
     kinds.append(("every method cell of the checklist at its bar (family-wise)", sizes.family, null[:0], null[:0],
                   null[:0], V.PASS, f"any FAIL: {anywhere:.3f} (alpha {sizes.alpha})"))  # fmt: skip

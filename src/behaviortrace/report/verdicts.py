@@ -80,6 +80,13 @@ def paired(own: np.ndarray, other: np.ndarray, own_value: float, other_value: fl
     return own_value - other_value, float(low), float(high)
 
 
+def margins_above(margins: list[tuple[float, float, float]], z: float) -> tuple[bool, bool]:
+    """(passes, fails) of one cell of paired margins (value, low, high) that must all lie above 0: every 95%
+    interval above 0; one widened to the family-wise level wholly below."""
+    passes = bool(margins) and all(low > 0 for _, low, _ in margins)
+    return passes, any(widened_high(v, high, z) < 0 for v, _, high in margins)
+
+
 def range_bounds(lows, highs) -> tuple[float, float]:
     """The smallest and the largest max - min of values that each lie within their interval."""
     lows, highs = np.asarray(lows, float), np.asarray(highs, float)
