@@ -26,15 +26,16 @@ def simulated():
 
 
 def test_a_null_method_passes_no_more_often_than_claimed(simulated):
+    """At the least favourable null (one cell at the bar, the rest far past it) a row's pass hangs on one cell's
+    test: 2.5% for an interval, 1 / (R + 1) for the replay's R random sets (0.25 at R = 3: that item's pass is weak
+    evidence, and the table says so)."""
     sizes, rows = simulated
-    # Every cell must clear at 95% (2.5% one-sided each): a method at the bar passes all of them with 0.025^cells.
-    assert rows["threshold with interval"]["false_pass"] <= 0.025**sizes.threshold_cells + _slack(0.0)
-    assert rows["paired comparison with a control"]["false_pass"] <= 0.025**sizes.paired_cells + _slack(0.0)
-    assert rows["Holm tests against a null, pass by equivalence"]["false_pass"] <= 0.025**sizes.placebo_cells + _slack(
-        0
-    )
-    chance = (1 / (sizes.repeats + 1)) ** sizes.replay_cells  # below all R random sets in every cell, by chance
-    assert rows["replay against step-matched random sets"]["false_pass"] <= chance + _slack(chance) * 2
+    for kind in ("threshold with interval", "paired comparison with a control",
+                 "Holm tests against a null, pass by equivalence"):  # fmt: skip
+        assert rows[kind]["false_pass"] <= 0.025 + _slack(0.025), kind
+    chance = 1 / (sizes.repeats + 1)  # below all R random sets in the one exchangeable cell, by chance
+    replay = rows["replay against step-matched random sets"]["false_pass"]
+    assert abs(replay - chance) <= 2 * _slack(chance), replay  # it is that large, not smaller
 
 
 def test_the_dense_endpoint_has_its_error_rates_through_its_own_statistic(simulated):
@@ -53,7 +54,7 @@ def test_a_method_at_its_bar_fails_no_more_often_than_alpha(simulated):
     sizes, rows = simulated
     per_row = [r["false_fail"] for k, r in rows.items() if not k.startswith("every")]
     assert all(rate <= sizes.alpha * 0.1 + _slack(0.0) for rate in per_row), per_row  # a row is a small part of m
-    family = rows["every method cell of the checklist at its bar"]["effect"]
+    family = rows["every method test of the checklist at its bar"]["effect"]
     anywhere = float(re.search(r"any FAIL: ([0-9.]+)", family)[1])
     assert anywhere <= sizes.alpha + _slack(sizes.alpha)
 

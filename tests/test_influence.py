@@ -870,3 +870,42 @@ def test_the_dense_endpoint_pools_seeds_and_draws_and_pairs_its_margins():
     ]
     assert groups_rows["reward"]["spearman"] == pytest.approx(np.mean(summed), abs=1e-9)
     assert groups_rows["method"]["n"] == 90 and rows["method"]["n"] == 720
+
+
+def test_the_lds_power_is_the_items_rule_on_resampled_data_sets(monkeypatch):
+    """Each cell's power, recomputed with scipy's ranks and plain loops from the same draws: a data set of subsets drawn
+    with replacement, its resamples, the LDS interval at or above the threshold and the margin over the strongest
+    log-only control (the maximum in each resample) above 0. A perfect predictor passes most data sets (on a few
+    distinct subsets the control can rank them perfectly too), noise none."""
+    from scipy.stats import rankdata
+
+    from behaviortrace.common.seeds import cell_seed
+    from behaviortrace.influence import lds
+
+    def spearman(a, b):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.corrcoef(rankdata(a), rankdata(b))[0, 1]
+
+    rng = np.random.default_rng(5)
+    changes = rng.normal(size=12)
+    predicted = {
+        (None, "reward", "none"): changes + rng.normal(0, 3.0, 12),
+        (0, "noise", "forced"): rng.normal(size=12),
+        (0, "perfect", "forced"): changes.copy(),
+    }
+    controls = [(None, "reward", "none")]
+    monkeypatch.setattr(lds, "POWER_DRAWS", 20)  # fewer data sets: scipy's loop below is slow
+    got = lds.power(changes, predicted, controls, 0.5, 7, "planted", 0, "rollout_subset", 5)
+    draws = np.random.default_rng(cell_seed("influence_lds_power", 7, "planted", 0, "rollout_subset", 5))
+    passed = dict.fromkeys(predicted, 0)
+    for _ in range(lds.POWER_DRAWS):
+        data = draws.integers(0, 12, 12)
+        index = data[draws.integers(0, 12, (lds.POWER_RESAMPLES, 12))]
+        samples = {k: np.array([spearman(v[i], changes[i]) for i in index]) for k, v in predicted.items()}
+        samples = {k: np.where(np.isnan(s), -np.inf, s) for k, s in samples.items()}
+        for k, s in samples.items():
+            margin = s - samples[controls[0]]
+            ok = np.percentile(s, 2.5) >= 0.5 and (k in controls or np.percentile(margin, 2.5) > 0)
+            passed[k] += ok
+    assert got == {k: n / lds.POWER_DRAWS for k, n in passed.items()}
+    assert got[(0, "perfect", "forced")] >= 0.6 and got[(0, "noise", "forced")] == 0.0

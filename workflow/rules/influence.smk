@@ -89,7 +89,7 @@ rule influence_metrics:
         CONDA_ENV
     threads: 1
     params:
-        config=config_for("planting", "influence"),
+        config=config_for("planting", "influence", "checklist"),
         log_only=[name for name, instance in ESTIMATORS.items() if instance.log_only],
         arms=[arm for arm, _ in ARM_SEEDS],
         seeds=[seed for _, seed in ARM_SEEDS],

@@ -42,6 +42,36 @@ def interval(samples: np.ndarray) -> tuple[float, float]:
     return float(np.percentile(finite, tail)), float(np.percentile(finite, 100 - tail))
 
 
+POWER_DRAWS, POWER_RESAMPLES = 50, 200  # data sets drawn from a cell (power to about 0.07), each one's resamples
+
+
+def power(changes: np.ndarray, predicted: dict, controls: list, limit: float, seed: int, *cell) -> dict[tuple, float]:
+    """How often each attribution of one cell (`predicted`: its predicted changes, by key) would pass the LDS item's
+    cell if its true effect were the one observed: the cell's subsets resampled as a new data set, POWER_DRAWS
+    times, and the item's own rule applied to each (its LDS interval, from POWER_RESAMPLES resamples of that data
+    set, at or above `limit`, and its margin over the strongest of `controls`, the maximum taken in each resample,
+    above 0). A double bootstrap of the real statistic: what this run's design can show of that effect."""
+    changes = np.asarray(changes, float)
+    n = len(changes)
+    rng = np.random.default_rng(cell_seed("influence_lds_power", seed, *cell))
+    keys = list(predicted)
+    values = np.stack([np.asarray(predicted[k], float) for k in keys])
+    is_control = np.array([k in controls for k in keys])
+    passed = np.zeros(len(keys))
+    for _ in range(POWER_DRAWS):
+        data = rng.integers(0, n, n)
+        index = data[rng.integers(0, n, (POWER_RESAMPLES, n))]
+        samples = correlation.pearson(correlation.ranks(values[:, index]), correlation.ranks(changes[index])[None])
+        samples = np.where(np.isnan(samples), -np.inf, samples)  # a constant resample clears nothing
+        ok = np.percentile(samples, 2.5, axis=1) >= limit
+        if is_control.any():
+            best = samples[is_control].max(axis=0)
+            margin = np.where(np.isfinite(samples), samples - best[None, :], -np.inf)
+            ok &= is_control | (np.percentile(margin, 2.5, axis=1) > 0)
+        passed += ok
+    return {k: float(p / POWER_DRAWS) for k, p in zip(keys, passed, strict=True)}
+
+
 SIGNIFICANT = 12  # digits a subset's summed scores keep, so that sums equal but for rounding tie
 
 

@@ -27,10 +27,12 @@ where influence.lds_both_semantics retrained it; the leave-out sets under the co
   with them removed, `lds` is the Spearman correlation of minus the subset's summed scores with the measured
   change of f(w_T), with `lds_low`, `lds_high` its bootstrap interval over subsets and `lds_pearson` the Pearson
   version; `lds_over_log_only` (`_low`, `_high`) its margin over the strongest log-only control on the same
-  resamples. For every estimator, `influence` (I itself), `label`, `earlier` (minus the step: earlier is more
-  influential) and `datamodel` (influence/datamodel.py: cross-fitted on the subsets themselves, scored within its
-  folds, no margin; its `expected_lds` is what it would reach at this design if the truth were additive). Estimator
-  `measured` holds `median_abs_change`, the scale against which the replay's noise floor (`f_end_error`) is read.
+  resamples; `lds_power` how often a row with that effect would pass the LDS item's cell at this design (judged
+  rows only, at the checklist's target kind). For every estimator, `influence` (I itself), `label`, `earlier`
+  (minus the step: earlier is more influential) and `datamodel` (influence/datamodel.py: cross-fitted on the
+  subsets themselves, scored within its folds, no margin; its `expected_lds` is what it would reach at this design
+  if the truth were additive). Estimator `measured` holds `median_abs_change`, the scale against which the
+  replay's noise floor (`f_end_error`) is read.
 - level step_out (leave-one-step-out, influence.leave_step_out): each step before T retrained with all its rollouts
   removed (the same retraining under both meanings); `spearman`, `pearson` of minus each step's score with the
   measured change, `spearman_given_step`. For every estimator's step scores, `influence` (the step's summed I),
@@ -74,7 +76,7 @@ from behaviortrace.evaluate.cells import with_labels
 from behaviortrace.influence.datamodel import cross_fitted, expected_lds, within_fold_lds, within_fold_samples
 from behaviortrace.influence.dense import LEVELS as DENSE_LEVELS
 from behaviortrace.influence.dense import DenseSeed, dense
-from behaviortrace.influence.lds import Resamples, interval, predicted_changes
+from behaviortrace.influence.lds import Resamples, interval, power, predicted_changes
 from behaviortrace.influence.sets import SEMANTICS
 
 STRATA = ("all", "window", "after_window")
@@ -110,6 +112,8 @@ class LdsSettings:
     bootstrap: int
     seed: int
     log_only: tuple[str, ...] = ()
+    min_lds: float | None = None  # the LDS item's threshold (checklist.min_lds): where given, each cell's power
+    target: str = "forced"  # the target kind the LDS items judge (checklist.effect_target_kind)
 
 
 @dataclass
@@ -322,7 +326,23 @@ def subset_rows(arm, seed, level, pct, members, changes, predictions: dict, n_ro
         at = draw if draw is not None else (draws[0] if draws else None)  # log-only scores are the same every draw
         controls = [v for (d, e, _), v in found.items() if e in settings.log_only and d == at]
         rows += margin_rows((arm, seed, draw, estimator, target), name, pct, n, own, controls)
+    if settings.min_lds is not None:
+        rows += power_rows((arm, seed), name, pct, changes, predictions, settings, draws)
     return rows
+
+
+def power_rows(where: tuple, level: str, pct: int, changes, predictions: dict, settings, draws: list) -> list:
+    """`lds_power` of every judged attribution of one cell (influence/lds.py power): at the target the LDS items
+    judge, against the log-only controls of the first draw (theirs are the same every draw)."""
+    first = draws[0] if draws else None
+    control_keys = [k for k in predictions if k[1] in settings.log_only and k[0] in (first, None)]
+    judged = [k for k in predictions if k[1] not in settings.log_only and k[2] in (settings.target, "none")]
+    if not judged:
+        return []
+    found = power(changes, {k: predictions[k] for k in judged + control_keys}, control_keys, settings.min_lds,
+                  settings.seed, *where, level, pct)  # fmt: skip
+    n = len(changes)
+    return [_row(*where, *k, level, "all", "lds_power", found[k], n, pct) for k in judged]
 
 
 def seed_table(inputs: SeedInputs, window: list[int], settings: LdsSettings) -> pl.DataFrame:

@@ -258,7 +258,13 @@ def influence_metrics_job(
         )
         for i, (arm, seed) in enumerate(seeds)
     ]
-    settings = LdsSettings(cfg.influence.bootstrap, cfg.influence.seed, tuple(log_only))
+    settings = LdsSettings(
+        cfg.influence.bootstrap,
+        cfg.influence.seed,
+        tuple(log_only),
+        cfg.checklist.min_lds,
+        cfg.checklist.effect_target_kind,
+    )
     table = influence_table(inputs, cfg.planting.window, settings)
     best = top_rollouts(inputs)
     atomic_write_parquet(table, out)

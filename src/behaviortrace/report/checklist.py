@@ -6,10 +6,12 @@ Controls (target-free estimators, the log-only ones among them) are the bars a m
 shown beside each verdict and their own verdicts are reference, never counted. References are the exact influence
 (the positive control of the causal items) and earlier-is-more (a negative one).
 
-An item is judged only where some method could pass it: a cell whose control sits at the metric's ceiling, or an
-LDS cell the exact influence itself does not pass, is n/a with its reason. Verdicts follow report/verdicts.py:
-pass needs every cell at 95%, FAIL needs evidence at the family-wise `alpha` over every method cell of the
-checklist, comparisons with a control are paired differences on shared bootstrap resamples.
+An item is judged only where some method could pass it: a cell whose control sits at the metric's ceiling is n/a
+with its reason; an LDS cell where the exact influence does not reach the threshold judges no method (with none
+left, the item is inconclusive). A method's pass on an item a log-only control also passes is counted apart.
+Verdicts follow report/verdicts.py: pass needs every cell at 95%, FAIL needs evidence at the family-wise `alpha`
+over every method test of the checklist, comparisons with a control are paired differences on shared bootstrap
+resamples.
 """
 
 from __future__ import annotations
@@ -810,11 +812,13 @@ def lds_item(
         ).sort("lds", descending=True, nulls_last=True)
         bar = f"; strongest log-only {strongest['estimator'][0]} {strongest['lds'][0]:.2f}" if strongest.height else ""
         draw = "" if r["draw"] is None else f" draw {r['draw']}"
+        power = f", power {r['lds_power']:.2f}" if r.get("lds_power") is not None else ""
         lines.append(
             f"seed {r['seed']}{draw} {r['removal_percent']}%: {r['lds']:.2f} [{r['lds_low']:.2f}, "
-            f"{r['lds_high']:.2f}]{over}{bar} -> {V.three([p], [f])}"
+            f"{r['lds_high']:.2f}]{over}{bar}{power} -> {V.three([p], [f])}"
         )
-    detail = f"LDS {'; '.join(lines)} (threshold {limit})"
+    detail = f"LDS {'; '.join(lines)} (threshold {limit}; power: how often a method with the observed effect would "
+    detail += "pass the cell at this design, by a double bootstrap of its subsets)"
     if shut and est != "influence":
         detail += f"; not judged where the exact influence does not pass: {shut_text}"
     return Verdict(
@@ -919,7 +923,7 @@ def build(
     (every other estimator is a method); `influence` is the exact-influence table (influence/table.py), None where
     none was computed; `replicates` the bootstrap replicates of the metrics (report/tables.py collect_metrics).
 
-    Two passes: the first counts every method cell (at 95% each), the second judges with FAIL controlled over all
+    Two passes: the first counts every method test (at 95% each), the second judges with FAIL controlled over all
     of them."""
     controls = sorted(set(controls or []) | set(log_only))
     replayed = window_end_probes(replay)
