@@ -101,7 +101,7 @@ def test_beats_fluency():
 
 def _dense(rows_by_estimator: dict, exact_lds_low: float = 0.8) -> pl.DataFrame:
     """Influence-table rows of the dense endpoint (per estimator: agreement, its margin over the strongest log-only
-    control and over random, each (value, low, high)) and I's own LDS at both levels."""
+    control and over random, each (value, low, high)) and I's own LDS pooled over seeds at both levels."""
     out = []
     for est, values in rows_by_estimator.items():
         target = "none" if est in ("reward", "random") else "forced"
@@ -111,30 +111,38 @@ def _dense(rows_by_estimator: dict, exact_lds_low: float = 0.8) -> pl.DataFrame:
                     out.append({"arm": "planted", "seed": None, "draw": None, "estimator": est, "target": target,
                                 "level": level, "stratum": "all", "metric": f"{metric}{end}", "value": value,
                                 "n": 2560, "removal_percent": None})  # fmt: skip
-    lds = _lds("rollout", {"influence": (0.9, exact_lds_low, 0.95)}).vstack(
-        _lds("group", {"influence": (0.9, exact_lds_low, 0.95)})
-    )
-    return pl.concat([lds, pl.DataFrame(out, schema=lds.schema)])
+    for level in C.DENSE:
+        for pct in (5, 50):
+            for metric, value in (("lds", 0.9), ("lds_low", exact_lds_low), ("lds_high", 0.95)):
+                out.append({"arm": "planted", "seed": None, "draw": None, "estimator": "influence", "target": "none",
+                            "level": f"{level}_subset_pooled", "stratum": "all", "metric": metric, "value": value,
+                            "n": 3, "removal_percent": pct})  # fmt: skip
+    return pl.DataFrame(out, schema_overrides={"seed": pl.Int64, "draw": pl.Int64, "removal_percent": pl.Int64})
 
 
-def test_beats_log_only():
-    """Judged on the dense endpoint (agreement with I over every rollout and group), never on the label's metrics:
+def _beats_log_only(level):
+    """Judged on the dense endpoint (agreement with I over every rollout or group), never on the label's metrics:
     a method well above the strongest log-only control and random passes, one below it fails, and where I's own
-    LDS does not clear the threshold the item cannot judge (inconclusive, not n/a)."""
+    LDS, pooled over seeds, does not clear the threshold the item cannot judge (inconclusive, not n/a)."""
     rows = {
         "faithful": ((0.7, 0.67, 0.73), (0.25, 0.2, 0.3), (0.7, 0.65, 0.75)),
         "negative": ((0.2, 0.17, 0.23), (-0.25, -0.3, -0.2), (0.2, 0.15, 0.25)),
-        "reward": ((0.45, 0.42, 0.48), (None, None, None), (0.45, 0.4, 0.5)),
     }
-    rows["reward"] = rows["reward"][:1] + rows["reward"][2:]  # a log-only control has no margin over itself
-    table = _dense({k: v for k, v in rows.items() if k != "reward"})
-    got = C.beats_log_only(table, "faithful", ["reward"], CFG)
-    assert got.verdict == C.PASS and got.numbers["tests"] == 4, got
-    assert C.beats_log_only(table, "negative", ["reward"], CFG).verdict == C.FAIL
-    assert C.beats_log_only(table, "reward", ["reward"], CFG).verdict == C.NA
-    unfaithful = _dense({k: v for k, v in rows.items() if k != "reward"}, exact_lds_low=0.3)
-    got = C.beats_log_only(unfaithful, "negative", ["reward"], CFG)
+    table = _dense(rows)
+    got = C.beats_log_only(table, "faithful", ["reward"], CFG, level=level)
+    assert got.verdict == C.PASS and got.numbers["tests"] == 2, got
+    assert C.beats_log_only(table, "negative", ["reward"], CFG, level=level).verdict == C.FAIL
+    assert C.beats_log_only(table, "reward", ["reward"], CFG, level=level).verdict == C.NA
+    got = C.beats_log_only(_dense(rows, exact_lds_low=0.3), "negative", ["reward"], CFG, level=level)
     assert got.verdict == C.INCONCLUSIVE and "not judged: I's LDS" in got.detail
+
+
+def test_beats_log_only_rollout():
+    _beats_log_only("rollout")
+
+
+def test_beats_log_only_group():
+    _beats_log_only("group")
 
 
 def test_a_pass_that_a_log_only_control_also_earns_is_counted_apart():

@@ -347,10 +347,10 @@ def _dense_by_hand(out, cfg, estimator, target, level) -> float:
 
 
 def test_beats_log_only_verdict_recomputed(finished_run):
-    """Item beats_log_only from the dense endpoint: its pooled agreement with I recomputed with scipy from the
-    per-seed files, and the verdict by the item's rule from the table's margins (over the strongest log-only
-    control and over random, above 0 at every level to pass, a widened one below 0 to fail), judged at a level only
-    where I's LDS there clears the threshold on every seed at the smallest subset size."""
+    """Items beats_log_only_rollout and _group from the dense endpoint: its pooled agreement with I recomputed with
+    scipy from the per-seed files, and the verdict by the item's rule from the table's margins (over the strongest
+    log-only control and over random, above 0 to pass, a widened one below 0 to fail), judged only where I's LDS at
+    that level, pooled over seeds (the mean of the seeds' LDS), clears the threshold at the smallest subset size."""
     import json
 
     out = finished_run[0] / "results" / "wf"
@@ -362,36 +362,42 @@ def test_beats_log_only_verdict_recomputed(finished_run):
     )
     target = cfg["checklist"]["effect_target_kind"]
     verdicts = Counter()
-    for estimator in ("gas", "trak", "tracincp", "behavior_advantage", "reward", "random"):
-        own_target = "none" if estimator in LOG_ONLY or estimator == "random" else target
-        rows = {
-            (r["level"], r["metric"]): r["value"]
-            for r in table.filter((pl.col("estimator") == estimator) & (pl.col("target") == own_target))
-            .filter(pl.col("level").str.ends_with("_dense"))
-            .iter_rows(named=True)
-        }
-        passes, fails = [], []
-        for level in ("rollout_dense", "group_dense"):
-            by_hand = _dense_by_hand(out, cfg, estimator, own_target, level)
-            assert rows[(level, "spearman")] == pytest.approx(by_hand, abs=1e-9), (estimator, level)
-            lds = table.filter(
-                (pl.col("estimator") == "influence")
-                & (pl.col("level") == level.replace("_dense", "_subset"))
-                & (pl.col("metric") == "lds_low")
-            )
-            smallest = lds.filter(pl.col("removal_percent") == lds["removal_percent"].min())
-            faithful = bool((smallest["value"] >= cfg["checklist"]["min_lds"]).all())
-            margins = [(rows[(level, m)], rows[(level, f"{m}_low")], rows[(level, f"{m}_high")])
-                       for m in ("over_log_only", "over_random") if (level, m) in rows]  # fmt: skip
-            passes.append(faithful and all(low > 0 for _, low, _ in margins))
-            fails.append(faithful and any(v + (hi - v) * z / 1.959963984540054 < 0 for v, _, hi in margins))
-        expected = "fail" if any(fails) else "pass" if all(passes) else "inconclusive"
-        if estimator in LOG_ONLY:
-            expected = "n/a"
-        got = checklist["estimators"][estimator]["beats_log_only"]["verdict"]
-        assert got == expected, (estimator, checklist["estimators"][estimator]["beats_log_only"]["detail"])
-        verdicts[got] += 1
-    assert verdicts["n/a"] == 2 and verdicts["n/a"] < sum(verdicts.values())
+    for level in ("rollout", "group"):
+        lds = table.filter((pl.col("estimator") == "influence") & (pl.col("metric") == "lds"))
+        pooled = lds.filter(pl.col("level") == f"{level}_subset_pooled")
+        smallest = pooled["removal_percent"].min()
+        per_seed = lds.filter((pl.col("level") == f"{level}_subset") & (pl.col("removal_percent") == smallest))
+        assert pooled.filter(pl.col("removal_percent") == smallest)["value"][0] == pytest.approx(
+            per_seed["value"].mean(), abs=1e-12
+        )
+        gate = table.filter(
+            (pl.col("estimator") == "influence")
+            & (pl.col("level") == f"{level}_subset_pooled")
+            & (pl.col("removal_percent") == smallest)
+            & (pl.col("metric") == "lds_low")
+        )["value"][0]
+        faithful = gate >= cfg["checklist"]["min_lds"]
+        for estimator in ("gas", "trak", "tracincp", "behavior_advantage", "reward", "random"):
+            own_target = "none" if estimator in LOG_ONLY or estimator == "random" else target
+            rows = {
+                r["metric"]: r["value"]
+                for r in table.filter(
+                    (pl.col("estimator") == estimator)
+                    & (pl.col("target") == own_target)
+                    & (pl.col("level") == f"{level}_dense")
+                ).iter_rows(named=True)
+            }
+            by_hand = _dense_by_hand(out, cfg, estimator, own_target, f"{level}_dense")
+            assert rows["spearman"] == pytest.approx(by_hand, abs=1e-9), (estimator, level)
+            margins = [(rows[m], rows[f"{m}_low"], rows[f"{m}_high"])
+                       for m in ("over_log_only", "over_random") if m in rows]  # fmt: skip
+            passes = faithful and all(low > 0 for _, low, _ in margins)
+            fails = faithful and any(v + (hi - v) * z / 1.959963984540054 < 0 for v, _, hi in margins)
+            expected = "n/a" if estimator in LOG_ONLY else "fail" if fails else "pass" if passes else "inconclusive"
+            got = checklist["estimators"][estimator][f"beats_log_only_{level}"]
+            assert got["verdict"] == expected, (estimator, level, got["detail"])
+            verdicts[got["verdict"]] += 1
+    assert verdicts["n/a"] == 4 and verdicts["n/a"] < sum(verdicts.values())
 
 
 def test_step_removal_endpoint_recomputed(finished_run):

@@ -37,6 +37,10 @@ where influence.lds_both_semantics retrained it; the leave-out sets under the co
   removed (the same retraining under both meanings); `spearman`, `pearson` of minus each step's score with the
   measured change, `spearman_given_step`. For every estimator's step scores, `influence` (the step's summed I),
   `label` (its paid count), `step_effect` (the change of f across the step in training) and `earlier`.
+- levels rollout_subset_pooled and group_subset_pooled (planted seeds, seed and draw empty): each row's LDS per
+  subset size averaged over seeds (a targeted row's draws within each seed first), `lds_low`, `lds_high` from a
+  bootstrap over seeds, then each seed's own resamples; `lds_over_log_only` and `lds_over_influence` on the same
+  draws.
 - levels rollout_dense, group_dense and step_out_pooled (planted seeds, seed and draw empty: pooled over both): the
   dense endpoint (influence/dense.py), each row's Spearman with I over every rollout and group before T, and the
   same for leave-one-step-out with steps as the units; `spearman`, `over_log_only`, `over_random`, each with
@@ -301,10 +305,13 @@ def datamodel_rows(key: tuple, level: str, pct: int, membership: np.ndarray, cha
     return rows + [_row(*key, level, "all", "expected_lds", expected, n, removal_percent=pct)]
 
 
-def subset_rows(arm, seed, level, pct, members, changes, predictions: dict, n_rollouts: int, settings) -> list:
+def subset_rows(
+    arm, seed, level, pct, members, changes, predictions: dict, n_rollouts: int, settings, collect=None
+) -> list:
     """Every LDS row of one arm, seed, level and subset size: each attribution's LDS with its interval, the
     cross-fitted datamodel's, each margin over the log-only controls, and the median measured change (the scale
-    the replay's noise floor is read against)."""
+    the replay's noise floor is read against). `collect`, where given, keeps each attribution's LDS and bootstrap
+    values by (level, pct) and seed, for the pooled LDS (pooled_lds_rows)."""
     name, n = f"{level}_subset", len(members)
     resamples = Resamples(changes, settings.bootstrap, settings.seed, arm, seed, level, pct)
     membership = np.zeros((n, n_rollouts))
@@ -319,6 +326,8 @@ def subset_rows(arm, seed, level, pct, members, changes, predictions: dict, n_ro
         out, samples = lds_rows((arm, seed, *key), name, pct, resamples, predicted)
         rows += out
         found[key] = (out[0]["value"], samples)
+    if collect is not None:
+        collect.setdefault((name, pct), {})[seed] = found
     draws = sorted({d for d, _, _ in found if d is not None})
     for (draw, estimator, target), own in found.items():
         if estimator in settings.log_only:
@@ -345,9 +354,10 @@ def power_rows(where: tuple, level: str, pct: int, changes, predictions: dict, s
     return [_row(*where, *k, level, "all", "lds_power", found[k], n, pct) for k in judged]
 
 
-def seed_table(inputs: SeedInputs, window: list[int], settings: LdsSettings) -> pl.DataFrame:
+def seed_table(inputs: SeedInputs, window: list[int], settings: LdsSettings, collect=None) -> pl.DataFrame:
     """Every row of one arm and seed: those against I under each meaning of removal (column `semantics`), the
-    coupling of the two and the job's checks (semantics empty)."""
+    coupling of the two and the job's checks (semantics empty). `collect` gathers the planted seeds' LDS values
+    under the configured meaning (subset_rows)."""
     arm, seed = inputs.arm, inputs.seed
     summary = json.loads(Path(inputs.summary).read_text())
     influence = pl.read_parquet(inputs.influence).sort("rollout_id")
@@ -387,6 +397,7 @@ def seed_table(inputs: SeedInputs, window: list[int], settings: LdsSettings) -> 
             retrained.filter(pl.col("kind") == "step"),  # removing a whole step is the same under both meanings
             sets.filter(pl.col("semantics") == semantics),
             settings,
+            collect if semantics == configured and arm == "planted" else None,
         )
         rows += [{**r, "semantics": semantics} for r in own]
     rows += [{**r, "semantics": None} for r in coupling_rows(arm, seed, before, influence, labels)]
@@ -405,7 +416,21 @@ def step_sums(steps: np.ndarray, values: np.ndarray) -> pl.DataFrame:
 
 
 def semantic_rows(
-    arm, seed, before, values, labels, window, summary, step_log, log, score_sets, lds, left_out, sets, settings
+    arm,
+    seed,
+    before,
+    values,
+    labels,
+    window,
+    summary,
+    step_log,
+    log,
+    score_sets,
+    lds,
+    left_out,
+    sets,
+    settings,
+    collect=None,
 ) -> list[dict]:
     """The rows against one meaning's I (`values`, per rollout of `before`), with that meaning's retrainings: the
     labels, the per-step effect and every estimator at the rollout and step levels, the LDS, leave-one-step-out and
@@ -445,7 +470,7 @@ def semantic_rows(
             predictions = {(None, r, "none"): predicted_changes(v, members) for r, v in references.items()}
             predictions |= {k: predicted_changes(v[0], members) for k, v in score_sets.items()}
             changes = part["f"].to_numpy() - summary["f_end"]
-            rows += subset_rows(arm, seed, level, pct, members, changes, predictions, len(everyone), settings)
+            rows += subset_rows(arm, seed, level, pct, members, changes, predictions, len(everyone), settings, collect)
 
     left_out = left_out.sort("index")
     if left_out.height >= 3:
@@ -613,9 +638,55 @@ def dense_table(inputs: list[SeedInputs], settings: LdsSettings) -> pl.DataFrame
     return pl.DataFrame(rows, schema=COLUMNS)
 
 
+def pooled_lds_rows(collect: dict, settings: LdsSettings, semantics: str) -> list[dict]:
+    """The LDS pooled over planted seeds and draws, per level and subset size (level `{level}_pooled`, seed and
+    draw empty): each attribution's mean LDS over its seeds (a targeted one's draws averaged within each seed,
+    on the same resamples), with an interval from a two-stage bootstrap (the seeds drawn with replacement, then
+    one of each drawn seed's own bootstrap values: training noise between seeds inside it), its margin over the
+    strongest log-only control and over I on the same draws."""
+    rows = []
+    for (name, pct), by_seed in sorted(collect.items()):
+        seeds = sorted(by_seed)
+        per_seed = []  # per seed: (estimator, target) -> (point, bootstrap values), draws averaged
+        for seed in seeds:
+            grouped: dict[tuple, list] = {}
+            for (_, est, target), value in by_seed[seed].items():
+                grouped.setdefault((est, target), []).append(value)
+            per_seed.append({k: (np.mean([p for p, _ in v]), np.mean([b for _, b in v], axis=0))
+                             for k, v in grouped.items()})  # fmt: skip
+        keys = sorted(set.intersection(*(set(d) for d in per_seed)))
+        if not keys:
+            continue
+        rng = np.random.default_rng(cell_seed("influence_lds_pooled", settings.seed, name, pct))
+        picks = rng.integers(0, len(seeds), (settings.bootstrap, len(seeds)))
+        draws = rng.integers(0, settings.bootstrap, (settings.bootstrap, len(seeds)))
+        point = {k: float(np.mean([d[k][0] for d in per_seed])) for k in keys}
+        samples = {k: np.mean([np.stack([d[k][1] for d in per_seed])[picks[:, j], draws[:, j]]
+                               for j in range(len(seeds))], axis=0) for k in keys}  # fmt: skip
+        controls = [k for k in keys if k[0] in settings.log_only]
+        n, level = len(seeds), f"{name}_pooled"  # n: the seeds, the units of replication
+        for key in keys:
+            where = ("planted", None, None, *key)
+            out = _with_interval(where, level, pct, n, "lds", point[key], samples[key])
+            if key[0] not in settings.log_only and controls:
+                best = np.nanmax(np.stack([samples[c] for c in controls]), axis=0)
+                margin = point[key] - np.nanmax([point[c] for c in controls])
+                out += _with_interval(where, level, pct, n, "lds_over_log_only", margin, samples[key] - best)
+            exact = ("influence", "none")
+            if exact in point and key != exact:
+                diff = point[key] - point[exact]
+                out += _with_interval(where, level, pct, n, "lds_over_influence", diff, samples[key] - samples[exact])
+            rows += [{**r, "semantics": semantics} for r in out]
+    return rows
+
+
 def influence_table(inputs: list[SeedInputs], window: list[int], settings: LdsSettings) -> pl.DataFrame:
-    return pl.concat([*(seed_table(i, window, settings) for i in inputs), dense_table(inputs, settings)],
-                     how="vertical")  # fmt: skip
+    collect: dict = {}
+    per_seed = [seed_table(i, window, settings, collect) for i in inputs]
+    planted = [i for i in inputs if i.arm == "planted"]
+    semantics = json.loads(Path(planted[0].summary).read_text())["semantics"] if planted else None
+    pooled = pl.DataFrame(pooled_lds_rows(collect, settings, semantics), schema=COLUMNS)
+    return pl.concat([*per_seed, pooled, dense_table(inputs, settings)], how="vertical")
 
 
 def top_rollouts(inputs: list[SeedInputs], n: int = TOP) -> pl.DataFrame:

@@ -65,12 +65,14 @@ ITEMS = {
     "beats_norm_rollout": "Beats the norm control at rollout level on every seed and draw (paired difference)",
     "beats_fluency": "Beats the fluency control at rollout level on every seed and draw, in every listed stratum, "
     "fluency taken both ways (max(AUC, 1 - AUC): a reversed predictor predicts as well)",
-    "beats_log_only": "Orders what removing rollouts does better than the rollout log can: over every rollout and "
-    "every prompt group before T, its rank agreement with the exact influence I (targeted estimators at "
-    "`effect_target_kind`), pooled over planted seeds and draws, has its margin over the strongest log-only control "
-    "and over the random control above 0 (a bootstrap over seeds, then groups); judged at a level only where I's own "
-    "LDS there clears the threshold on every planted seed (at the smallest subset size), never on the label's "
-    "metrics, which the log wins by construction",
+    "beats_log_only_rollout": "Orders rollouts as removing them would, better than the rollout log can: over every "
+    "rollout before T, its rank agreement with the exact influence I (targeted estimators at `effect_target_kind`), "
+    "pooled over planted seeds and draws, has its margin over the strongest log-only control and over the random "
+    "control above 0 (a bootstrap over seeds, then groups); judged only where I's own rollout LDS, pooled over "
+    "seeds, clears the threshold at the smallest subset size; never on the label's metrics, which the log wins by "
+    "construction",
+    "beats_log_only_group": "The same over every prompt group before T (a group's scores and I summed over its "
+    "rollouts), gated on I's group LDS",
     "survives_fluency_residualization": "Within-group AUC after residualizing on fluency has its interval above "
     "0.5 on every seed and draw",
     "stable_across_draws": "Stable across generation draws: rank correlation of rollout scores between draws (its "
@@ -663,25 +665,37 @@ def tracks_step_removal(
 
 
 def faithful_reference(influence: pl.DataFrame, level: str, limit: float) -> tuple[bool, str]:
-    """Whether I's own LDS at `level` clears `limit` on every planted seed at the smallest subset size (where a
-    first-order truth is meant to hold), and the numbers."""
-    cells = _lds_cells(influence, level, "none")
-    if not cells.height:
-        return False, f"no {level}-level LDS of I"
-    exact = cells.filter(pl.col("estimator") == "influence")
-    exact = exact.filter(pl.col("removal_percent") == exact["removal_percent"].min()).sort("seed")
-    ok = bool(exact.height) and bool((exact["lds_low"] >= limit).all())
-    text = ", ".join(f"seed {r['seed']} {r['lds']:.2f} [{r['lds_low']:.2f}, {r['lds_high']:.2f}]"
-                     for r in exact.iter_rows(named=True))  # fmt: skip
-    return ok, f"I's LDS at {level}s {exact['removal_percent'].min() if exact.height else '?'}%: {text}"
+    """Whether I's own LDS at `level`, pooled over planted seeds (influence/table.py pooled_lds_rows: a bootstrap
+    over seeds, then each seed's subsets), clears `limit` at the smallest subset size, where a first-order truth is
+    meant to hold; and the numbers. Pooled, not per seed: thirty subsets per seed leave each seed's interval so wide
+    that which levels are judged would be a coin flip."""
+    exact = influence.filter(
+        (pl.col("estimator") == "influence") & (pl.col("level") == f"{level}_subset_pooled")
+        & pl.col("metric").is_in(["lds", "lds_low", "lds_high"])
+    )  # fmt: skip
+    if not exact.height:
+        return False, f"no pooled {level}-level LDS of I"
+    pct = exact["removal_percent"].min()
+    value = {r["metric"]: r["value"] for r in exact.filter(pl.col("removal_percent") == pct).iter_rows(named=True)}
+    ok = value["lds_low"] >= limit
+    return (
+        ok,
+        f"I's LDS at {level}s {pct}%, pooled over seeds: {value['lds']:.2f} [{value['lds_low']:.2f}, "
+        f"{value['lds_high']:.2f}]",
+    )
 
 
 def beats_log_only(
-    influence: pl.DataFrame | None, est: str, log_only: list[str], cfg: Checklist, family: V.Family = V.PER_CELL
+    influence: pl.DataFrame | None,
+    est: str,
+    log_only: list[str],
+    cfg: Checklist,
+    family: V.Family = V.PER_CELL,
+    level: str = "rollout",
 ) -> Verdict:
-    """The dense endpoint (influence/dense.py) per level: the margins over the strongest log-only control and over
-    the random control, each a test (pass: both intervals above 0 at every level; FAIL: a widened interval below
-    0). A level where I is not shown faithful to removal is not judged, and leaves the item inconclusive."""
+    """The dense endpoint (influence/dense.py) at `level`: the margins over the strongest log-only control and over
+    the random control, each a test (pass: both intervals above 0; FAIL: a widened one below 0). Where I is not
+    shown faithful to removal at the level the cell is not judged: inconclusive, with why."""
     if est in log_only:
         return Verdict(NA, "is one of the controls")
     if influence is None:
@@ -689,38 +703,26 @@ def beats_log_only(
     rows = influence.filter(
         (pl.col("estimator") == est)
         & pl.col("target").is_in([cfg.effect_target_kind, "none"])
-        & pl.col("level").is_in(list(DENSE.values()))
+        & (pl.col("level") == DENSE[level])
     )
-    if not rows.height:
+    values = {r["metric"]: r["value"] for r in rows.iter_rows(named=True)}
+    if "spearman" not in values:
         return Verdict(NA, f"no dense endpoint for {est}")
-    values = {(r["level"], r["metric"]): r["value"] for r in rows.iter_rows(named=True)}
-    passes, fails, lines, tests = [], [], [], 0
-    for level, dense_level in DENSE.items():
-        if (dense_level, "spearman") not in values:
-            continue
-        faithful, why = faithful_reference(influence, level, cfg.min_lds)
-        own = values[(dense_level, "spearman")]
-        text = [f"{level}s: agreement with I {own:.3f} [{values[(dense_level, 'spearman_low')]:.3f}, "
-                f"{values[(dense_level, 'spearman_high')]:.3f}]"]  # fmt: skip
-        margins = []
-        for margin, name in (("over_log_only", "strongest log-only"), ("over_random", "random")):
-            if (dense_level, margin) in values:
-                v, lo, hi = (values[(dense_level, f"{margin}{end}")] for end in ("", "_low", "_high"))
-                margins.append((v, lo, hi))
-                text.append(f"over {name} {v:+.3f} [{lo:+.3f}, {hi:+.3f}]")
-        tests += len(margins)
-        cell_pass, cell_fail = V.margins_above(margins, family.z)
-        if faithful:
-            passes.append(cell_pass)
-            fails.append(cell_fail)
-            lines.append(", ".join(text))
-        else:
-            passes.append(False)
-            fails.append(False)
-            lines.append(", ".join(text) + f" (not judged: {why}, below the threshold {cfg.min_lds})")
-    if not lines:
-        return Verdict(NA, f"no dense endpoint for {est}")
-    return Verdict(V.three(passes, fails), "; ".join(lines), {"cells": len(passes), "tests": tests})
+    text = [f"agreement with I over every {level} {values['spearman']:.3f} [{values['spearman_low']:.3f}, "
+            f"{values['spearman_high']:.3f}]"]  # fmt: skip
+    margins = []
+    for margin, name in (("over_log_only", "strongest log-only"), ("over_random", "random")):
+        if margin in values:
+            v, lo, hi = (values[f"{margin}{end}"] for end in ("", "_low", "_high"))
+            margins.append((v, lo, hi))
+            text.append(f"over {name} {v:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+    faithful, why = faithful_reference(influence, level, cfg.min_lds)
+    numbers = {"cells": 1, "tests": len(margins)}
+    if not faithful:
+        return Verdict(INCONCLUSIVE, ", ".join(text) + f" (not judged: {why}, below the threshold {cfg.min_lds})",
+                       numbers)  # fmt: skip
+    passes, fails = V.margins_above(margins, family.z)
+    return Verdict(V.three([passes], [fails]), ", ".join(text) + f"; {why}", numbers)
 
 
 def _lds_cells(influence: pl.DataFrame, level: str, target: str) -> pl.DataFrame:
@@ -892,7 +894,7 @@ def _method_row(est, metrics, stability, replayed, cfg, log_only, controls, infl
             family,
             two_sided=True,
         ),
-        "beats_log_only": beats_log_only(influence, est, log_only, cfg, family),
+        **{f"beats_log_only_{lv}": beats_log_only(influence, est, log_only, cfg, family, lv) for lv in DENSE},
         "survives_fluency_residualization": survives_residualization(metrics, est, target, stratum, family, controls),
         "stable_across_draws": stable_across_draws(
             stability, metrics, est, target, stratum, cfg.min_draw_rank_correlation, cfg.max_draw_spread, family
