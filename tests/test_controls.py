@@ -363,7 +363,9 @@ def test_beats_log_only_verdict_recomputed(finished_run):
     target = cfg["checklist"]["effect_target_kind"]
     verdicts = Counter()
     for level in ("rollout", "group"):
-        lds = table.filter((pl.col("estimator") == "influence") & (pl.col("metric") == "lds"))
+        lds = table.filter(
+            (pl.col("arm") == "planted") & (pl.col("estimator") == "influence") & (pl.col("metric") == "lds")
+        )
         pooled = lds.filter(pl.col("level") == f"{level}_subset_pooled")
         smallest = pooled["removal_percent"].min()
         per_seed = lds.filter((pl.col("level") == f"{level}_subset") & (pl.col("removal_percent") == smallest))
