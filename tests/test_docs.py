@@ -384,3 +384,17 @@ def test_the_checkers_catch_what_does_not_exist(runs, tmp_path):
     assert command_problems(["rm", "-rf", "results"])
     # A dry run of a command whose config file does not exist fails.
     assert runs[("snakemake", tuple(BROKEN_RUN))].returncode != 0
+
+
+def test_the_checklist_items_in_evaluation_md_are_the_codes_in_its_order():
+    """docs/evaluation.md lists every run item, and every method item under the number the checklist page gives
+    it: a renamed, added or reordered item fails here until the page follows."""
+    import re
+
+    from behaviortrace.report import checklist as C
+
+    page = (ROOT / "docs" / "evaluation.md").read_text()
+    numbered = re.findall(r"^\| (\d+) \| `(\w+)` \|", page, re.M)
+    assert [(int(n), item) for n, item in numbered] == [(i + 1, item) for i, item in enumerate(C.ITEMS)]
+    for item in C.RUN_ITEMS:
+        assert re.search(rf"^\| `{item}` \|", page, re.M), item

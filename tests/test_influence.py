@@ -605,7 +605,8 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     assert sorted(set(per_seed.select("arm", "seed").rows())) == sorted(runs)
     pooled = table.filter(pl.col("seed").is_null())  # the dense endpoints, over every planted seed and draw
     assert set(pooled["arm"]) == {"planted"} and pooled["draw"].null_count() == pooled.height
-    assert set(pooled["level"]) == {"rollout_dense", "group_dense", "step_out_pooled"}
+    assert set(pooled["level"]) == {"rollout_dense", "group_dense", "step_out_pooled", "rollout_subset_pooled",
+                                    "group_subset_pooled"}  # fmt: skip
     # Every row but the checks and the coupling of the two meanings is there under both meanings of removal, but the
     # leave-out sets' (retrained under the configured one) and the pooled endpoints' (the configured one); the rest
     # of this test reads the configured one (the influence column of the job's output).
