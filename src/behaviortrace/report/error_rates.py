@@ -59,8 +59,12 @@ def threshold(sizes: Sizes, theta, trials: int, rng, limit: float = 0.5, se: flo
 
 
 def _replicates(rng, shape, boot, value, sd, shared, rho):
+    """Element 0 the cell's estimate around the true `value`; the rest its bootstrap replicates, spread as the
+    estimate is but around the estimate itself (as resampling the cell's own data is)."""
     own = rng.standard_normal((*shape, boot + 1))
-    return value + sd * (rho * shared + np.sqrt(1 - rho**2) * own)
+    draws = value + sd * (rho * shared + np.sqrt(1 - rho**2) * own)
+    draws[..., 1:] += draws[..., :1] - value
+    return draws
 
 
 def paired(sizes: Sizes, delta, trials: int, rng, sd: float = 0.03, rho: float = 0.9) -> tuple:
