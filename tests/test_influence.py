@@ -618,7 +618,9 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     assert all(m == expected.get(level, ["advantages", "held"]) for level, m in meanings.items()), meanings
     coupling = table.filter(pl.col("level") == "coupling")
     assert set(coupling["metric"]) >= {"spearman_rollout", "spearman_group", "paid_siblings_share", "top_overlap"}
-    lds_of_i = table.filter((pl.col("metric") == "lds") & (pl.col("estimator") == "influence"))
+    lds_of_i = table.filter(
+        (pl.col("metric") == "lds") & (pl.col("estimator") == "influence") & pl.col("seed").is_not_null()
+    )
     assert lds_of_i.group_by("semantics").len()["len"].to_list() == [len(runs) * 4] * 2  # 2 levels x 2 sizes
     table = table.filter(pl.col("semantics").is_null() | (pl.col("semantics") == semantics))
     checks = table.filter(pl.col("level") == "check")
@@ -641,7 +643,10 @@ def test_the_workflow_writes_the_influence_table_its_checks_and_figure(finished_
     )
     expected = {(a, s, d, e, t) for a, s in runs for d in range(cfg["targets"]["draws"]) for e, t in keys}
     assert expected <= set(rollout.select("arm", "seed", "draw", "estimator", "target").rows())
-    lds = table.filter(pl.col("metric") == "lds")
+    pooled_lds = table.filter((pl.col("metric") == "lds") & pl.col("seed").is_null())
+    assert (pooled_lds["n"] == len(cfg["seeds"])).all()  # the planted seeds, the units of replication
+    assert set(pooled_lds["level"]) == {"rollout_subset_pooled", "group_subset_pooled"}
+    lds = table.filter((pl.col("metric") == "lds") & pl.col("seed").is_not_null())
     assert {"influence", "label", "earlier", "datamodel"} <= set(lds["estimator"])
     assert (lds["n"] == cfg["influence"]["lds_subsets"]).all() and set(lds["level"]) == {
         "rollout_subset",
@@ -827,7 +832,7 @@ def test_the_dense_bootstrap_ranks_a_resample_as_laying_out_its_draws_would():
     control of few values) and in I."""
     from scipy.stats import spearmanr
 
-    from behaviortrace.influence.dense import _Weighted
+    from behaviortrace.evaluate.dense import _Weighted
 
     rng = np.random.default_rng(3)
     groups = np.repeat(np.arange(40), 8)
@@ -848,7 +853,7 @@ def test_the_dense_endpoint_pools_seeds_and_draws_and_pairs_its_margins():
     control itself gets no margin over itself."""
     from scipy.stats import spearmanr
 
-    from behaviortrace.influence.dense import DenseSeed, dense
+    from behaviortrace.evaluate.dense import DenseSeed, dense
 
     rng = np.random.default_rng(4)
     seeds = []

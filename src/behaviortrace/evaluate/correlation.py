@@ -50,3 +50,16 @@ def partial_spearman(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
     xy, xz, yz = pearson(rx, ry), pearson(rx, rz), pearson(ry, rz)
     with np.errstate(invalid="ignore", divide="ignore"):
         return (xy - xz * yz) / np.sqrt((1 - xz**2) * (1 - yz**2))
+
+
+LEVEL = 0.95  # of every bootstrap interval
+SIGNIFICANT = 12  # digits a sum of scores keeps, so that sums equal but for rounding tie on every processor
+
+
+def interval(samples: np.ndarray) -> tuple[float, float]:
+    """The percentile interval of bootstrap values (NaN resamples left out)."""
+    tail = (1 - LEVEL) / 2 * 100
+    finite = samples[np.isfinite(samples)]
+    if not len(finite):
+        return float("nan"), float("nan")
+    return float(np.percentile(finite, tail)), float(np.percentile(finite, 100 - tail))

@@ -13,8 +13,7 @@ import numpy as np
 
 from behaviortrace.common.seeds import cell_seed
 from behaviortrace.evaluate import correlation
-
-LEVEL = 0.95
+from behaviortrace.evaluate.correlation import SIGNIFICANT, interval  # noqa: F401 (callers read them here too)
 
 
 class Resamples:
@@ -31,15 +30,6 @@ class Resamples:
         predicted = np.asarray(predicted, float)
         point = float(correlation.spearman(predicted, self.changes))
         return point, correlation.pearson(correlation.ranks(predicted[self.index]), self.change_ranks)
-
-
-def interval(samples: np.ndarray) -> tuple[float, float]:
-    """The percentile interval of bootstrap values (NaN resamples left out)."""
-    tail = (1 - LEVEL) / 2 * 100
-    finite = samples[np.isfinite(samples)]
-    if not len(finite):
-        return float("nan"), float("nan")
-    return float(np.percentile(finite, tail)), float(np.percentile(finite, 100 - tail))
 
 
 POWER_DRAWS, POWER_RESAMPLES = 50, 200  # data sets drawn from a cell (power to about 0.07), each one's resamples
@@ -70,9 +60,6 @@ def power(changes: np.ndarray, predicted: dict, controls: list, limit: float, se
             ok &= is_control | (np.percentile(margin, 2.5, axis=1) > 0)
         passed += ok
     return {k: float(p / POWER_DRAWS) for k, p in zip(keys, passed, strict=True)}
-
-
-SIGNIFICANT = 12  # digits a subset's summed scores keep, so that sums equal but for rounding tie
 
 
 def predicted_changes(per_unit: np.ndarray, members: list[np.ndarray]) -> np.ndarray:

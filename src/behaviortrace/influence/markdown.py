@@ -304,7 +304,7 @@ def coupling_sections(table: pl.DataFrame, top: pl.DataFrame, arms_seeds: list, 
 
 
 def dense_section(pooled: pl.DataFrame) -> list[str]:
-    """The dense endpoint (influence/dense.py): each row's agreement with I over every rollout and group before T,
+    """The dense endpoint (evaluate/dense.py): each row's agreement with I over every rollout and group before T,
     pooled over planted seeds and draws, with its margins over the strongest log-only control and over random."""
     if not pooled.height:
         return []

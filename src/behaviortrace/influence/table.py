@@ -42,7 +42,7 @@ where influence.lds_both_semantics retrained it; the leave-out sets under the co
   bootstrap over seeds, then each seed's own resamples; `lds_over_log_only` and `lds_over_influence` on the same
   draws.
 - levels rollout_dense, group_dense and step_out_pooled (planted seeds, seed and draw empty: pooled over both): the
-  dense endpoint (influence/dense.py), each row's Spearman with I over every rollout and group before T, and the
+  dense endpoint (evaluate/dense.py), each row's Spearman with I over every rollout and group before T, and the
   same for leave-one-step-out with steps as the units; `spearman`, `over_log_only`, `over_random`, each with
   `_low`, `_high` from a bootstrap over seeds, then groups (steps).
 - level set: the leave-out replay's sets (`label`: the paid set; an estimator: its top-scored set) removed:
@@ -77,9 +77,9 @@ import polars as pl
 from behaviortrace.common.seeds import cell_seed
 from behaviortrace.evaluate import correlation
 from behaviortrace.evaluate.cells import with_labels
+from behaviortrace.evaluate.dense import LEVELS as DENSE_LEVELS
+from behaviortrace.evaluate.dense import STEP_OUT_POOLED, DenseSeed, dense
 from behaviortrace.influence.datamodel import cross_fitted, expected_lds, within_fold_lds, within_fold_samples
-from behaviortrace.influence.dense import LEVELS as DENSE_LEVELS
-from behaviortrace.influence.dense import DenseSeed, dense
 from behaviortrace.influence.lds import Resamples, interval, power, predicted_changes
 from behaviortrace.influence.sets import SEMANTICS
 
@@ -614,11 +614,8 @@ def step_out_seed(inputs: SeedInputs) -> DenseSeed | None:
     return DenseSeed(inputs.seed, np.arange(len(steps)), changes, predicted)
 
 
-STEP_OUT_POOLED = "step_out_pooled"
-
-
 def dense_table(inputs: list[SeedInputs], settings: LdsSettings) -> pl.DataFrame:
-    """The dense endpoint (influence/dense.py) of the planted seeds, under the configured meaning of removal:
+    """The dense endpoint (evaluate/dense.py) of the planted seeds, under the configured meaning of removal:
     seed and draw empty (pooled over both), one row per estimator, target, level and metric."""
     planted = [i for i in inputs if i.arm == "planted"]
     if not planted:

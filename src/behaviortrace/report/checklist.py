@@ -26,7 +26,7 @@ import polars as pl
 
 from behaviortrace.common.markdown import markdown_table
 from behaviortrace.config.sections import Checklist
-from behaviortrace.influence.table import STEP_OUT_POOLED
+from behaviortrace.evaluate.dense import STEP_OUT_POOLED
 from behaviortrace.replay.table import window_end_probes
 from behaviortrace.report import verdicts as V
 from behaviortrace.report.tables import KEYS, PLACEBO, PLANTED, estimators_of, judged
@@ -635,9 +635,9 @@ DENSE = {"rollout": "rollout_dense", "group": "group_dense"}  # the dense endpoi
 def tracks_step_removal(
     influence: pl.DataFrame | None, est: str, log_only: list[str], cfg: Checklist, family: V.Family = V.PER_CELL
 ) -> Verdict:
-    """The pooled leave-one-step-out endpoint (influence/table.py STEP_OUT_POOLED): its margins over the strongest
-    log-only control and over random, each a test (pass: both intervals above 0; FAIL: a widened one below 0). A
-    measured truth: no gate."""
+    """The pooled leave-one-step-out endpoint (STEP_OUT_POOLED rows of the influence table): its margins over the
+    strongest log-only control and over random, each a test (pass: both intervals above 0; FAIL: a widened one
+    below 0). A measured truth: no gate."""
     if est in log_only:
         return Verdict(NA, "is one of the controls")
     rows = (
@@ -693,7 +693,7 @@ def beats_log_only(
     family: V.Family = V.PER_CELL,
     level: str = "rollout",
 ) -> Verdict:
-    """The dense endpoint (influence/dense.py) at `level`: the margins over the strongest log-only control and over
+    """The dense endpoint (evaluate/dense.py) at `level`: the margins over the strongest log-only control and over
     the random control, each a test (pass: both intervals above 0; FAIL: a widened one below 0). Where I is not
     shown faithful to removal at the level the cell is not judged: inconclusive, with why."""
     if est in log_only:

@@ -6,7 +6,7 @@ Kinds: a threshold judged by intervals (the LDS items, the residualized AUC, the
 comparison with a control (the beats items; beside it the unpaired non-overlap rule it replaced), Holm tests
 against a null (the placebo's enrichment; its pass needs the AUC's interval within a margin of chance), and the
 replay against step-matched random sets, and the dense endpoint's margins through its own statistic
-(influence/dense.py), at fewer groups and resamples than a run's (each trial is a full two-stage bootstrap).
+(evaluate/dense.py), at fewer groups and resamples than a run's (each trial is a full two-stage bootstrap).
 `diagnostics/checklist_error_rates.py` writes the table into
 docs/evaluation.md; tests/test_error_rates.py asserts the rates.
 """
@@ -136,13 +136,13 @@ def _noise_for(rho: float) -> float:
 
 
 def dense(sizes: Sizes, delta: float, trials: int, rng, control: float = 0.45) -> np.ndarray:
-    """Row verdicts of a `beats_log_only` item through its real statistic (influence/dense.py: the pooled Spearman,
+    """Row verdicts of a `beats_log_only` item through its real statistic (evaluate/dense.py: the pooled Spearman,
     the two-stage bootstrap over seeds and groups, the margin over the strongest of two log-only controls in each
     resample, the margin over random) for a method whose agreement with I is `delta` above the stronger control's
     (`control`, the default run's behavior_advantage), at the run's seeds, groups and resamples. I has a group
     effect (half its variance), and each seed draws its own noise scales (training noise between seeds)."""
-    from behaviortrace.influence.dense import DenseSeed
-    from behaviortrace.influence.dense import dense as pooled
+    from behaviortrace.evaluate.dense import DenseSeed
+    from behaviortrace.evaluate.dense import dense as pooled
 
     noise = {"method": _noise_for(control + delta), "strong": _noise_for(control), "weak": _noise_for(control / 2)}
     out = []

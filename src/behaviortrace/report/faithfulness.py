@@ -47,7 +47,7 @@ def _envelope(rows: pl.DataFrame, metric: str) -> tuple[float, float, float] | N
     return float(value.mean()), low, float(high.max()) if len(high) else float("nan")
 
 
-DENSE = ("rollout_dense", "group_dense")  # the dense endpoint's levels (influence/dense.py)
+DENSE = ("rollout_dense", "group_dense")  # the dense endpoint's levels (evaluate/dense.py)
 
 
 def _pooled(rows: pl.DataFrame, metric: str) -> tuple[float, float, float] | None:

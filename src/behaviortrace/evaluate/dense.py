@@ -1,5 +1,6 @@
-"""The dense endpoint: each attribution's rank agreement with the exact influence I over every rollout, and every
-prompt group, before T, pooled over the planted seeds and draws.
+"""The dense endpoint (influence-table rows, computed in influence/table.py): each attribution's rank agreement
+with the exact influence I over every rollout, and every prompt group, before T, pooled over the planted seeds and
+draws.
 
 The LDS reads a few dozen random subsets, whose summed scores are dominated by the few rollouts that matter most;
 I is known for every rollout, so the same question (does a score order the rollouts as removing them would?) can
@@ -21,9 +22,10 @@ import numpy as np
 
 from behaviortrace.common.seeds import cell_seed
 from behaviortrace.evaluate import correlation
-from behaviortrace.influence.lds import SIGNIFICANT, interval
+from behaviortrace.evaluate.correlation import SIGNIFICANT, interval
 
 LEVELS = ("rollout_dense", "group_dense")
+STEP_OUT_POOLED = "step_out_pooled"  # leave-one-step-out through the same statistic, steps as the units
 RANDOM = "random"  # the estimator whose margin says how far an attribution is from chance
 
 
