@@ -5,11 +5,12 @@ report, and the run's results on one page."""
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import polars as pl
 
-from behaviortrace.common.io import atomic_write_parquet, atomic_write_text
+from behaviortrace.common.io import atomic_write_parquet, atomic_write_text, process_age
 from behaviortrace.common.markdown import write_md_and_html
 from behaviortrace.config.sections import Config
 from behaviortrace.influence.table import of_semantics
@@ -190,7 +191,10 @@ def results_page_job(
     from behaviortrace.report.results_page import faithfulness_rows, jobs_of, results_page
 
     influence = of_semantics(pl.read_parquet(inputs.pop("influence_table")), cfg.influence.semantics)
-    jobs = jobs_of(benchmarks, estimators)
+    began = time.time() - (process_age() or 0.0)
+    # The jobs that ended before this one began: a job beside it that ends while it runs would make the page depend
+    # on when it read the benchmark folder.
+    jobs = jobs_of(benchmarks, estimators).filter(pl.col("ended") < began)
     rows = faithfulness_rows(influence, inputs["checklist_json"], jobs)
     text = faithfulness.markdown(rows)
     truths = faithfulness.truths_markdown(influence, cfg.influence.semantics)
