@@ -632,6 +632,18 @@ def tracks_effect(
 DENSE = {"rollout": "rollout_dense", "group": "group_dense"}  # the dense endpoint's level per LDS level
 
 
+def _pooled_margins(values: dict, text: list[str]) -> list[tuple[float, float, float]]:
+    """A pooled endpoint's margins over the strongest log-only control and over random (value, low, high), each
+    added to `text`."""
+    margins = []
+    for margin, name in (("over_log_only", "strongest log-only"), ("over_random", "random")):
+        if margin in values:
+            v, lo, hi = (values[f"{margin}{end}"] for end in ("", "_low", "_high"))
+            margins.append((v, lo, hi))
+            text.append(f"over {name} {v:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+    return margins
+
+
 def tracks_step_removal(
     influence: pl.DataFrame | None, est: str, log_only: list[str], cfg: Checklist, family: V.Family = V.PER_CELL
 ) -> Verdict:
@@ -654,12 +666,7 @@ def tracks_step_removal(
     values = {r["metric"]: r["value"] for r in rows.iter_rows(named=True)}
     text = [f"Spearman with leave-one-step-out {values['spearman']:.3f} [{values['spearman_low']:.3f}, "
             f"{values['spearman_high']:.3f}] over {int(rows['n'][0])} steps"]  # fmt: skip
-    margins = []
-    for margin, name in (("over_log_only", "strongest log-only"), ("over_random", "random")):
-        if margin in values:
-            v, lo, hi = (values[f"{margin}{end}"] for end in ("", "_low", "_high"))
-            margins.append((v, lo, hi))
-            text.append(f"over {name} {v:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+    margins = _pooled_margins(values, text)
     passes, fails = V.margins_above(margins, family.z)
     return Verdict(V.three([passes], [fails]), ", ".join(text), {"cells": 1, "tests": len(margins)})
 
@@ -710,12 +717,7 @@ def beats_log_only(
         return Verdict(NA, f"no dense endpoint for {est}")
     text = [f"agreement with I over every {level} {values['spearman']:.3f} [{values['spearman_low']:.3f}, "
             f"{values['spearman_high']:.3f}]"]  # fmt: skip
-    margins = []
-    for margin, name in (("over_log_only", "strongest log-only"), ("over_random", "random")):
-        if margin in values:
-            v, lo, hi = (values[f"{margin}{end}"] for end in ("", "_low", "_high"))
-            margins.append((v, lo, hi))
-            text.append(f"over {name} {v:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+    margins = _pooled_margins(values, text)
     faithful, why = faithful_reference(influence, level, cfg.min_lds)
     numbers = {"cells": 1, "tests": len(margins)}
     if not faithful:
